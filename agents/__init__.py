@@ -1,0 +1,1 @@
+"""Probe policies, interventions and evolution (installed as ctrlsim.agents)."""

@@ -1,0 +1,1 @@
+"""Model backends: LLMs and text encoders behind one interface."""

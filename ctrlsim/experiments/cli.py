@@ -1,0 +1,81 @@
+"""The `ctrlsim` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ctrlsim.errors import CtrlsimError
+
+
+def _print_table(rows: list[dict], columns: list[str]) -> None:
+    from tabulate import tabulate
+
+    print(tabulate([[r.get(c, "") for c in columns] for r in rows], headers=columns))
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Datasets, LLMs and encoders available offline here, and what provides each."""
+    from ctrlsim.backends.bundled import available_models
+    from ctrlsim.data import BUILTIN, FORMATS
+    from ctrlsim.data.registry import recbole_example_dir
+
+    datasets = []
+    for name in BUILTIN:
+        try:
+            where, ok = str(recbole_example_dir(name)), True
+        except CtrlsimError as exc:
+            where, ok = str(exc), False
+        datasets.append({"name": name, "available": ok, "provided_by": where})
+    models = available_models()
+    if args.json:
+        print(json.dumps({"datasets": datasets, "formats": sorted(FORMATS), **models}, indent=2))
+        return 0
+    print("Datasets (built-in names)")
+    _print_table(datasets, ["name", "available", "provided_by"])
+    print(f"\nDataset formats readable from a path: {', '.join(sorted(FORMATS))}")
+    print("\nLLMs (bundled)")
+    _print_table(models["llms"], ["name", "model", "available", "provided_by"])
+    print("\nText encoders (bundled)")
+    _print_table(models["encoders"], ["name", "model", "available", "provided_by"])
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """Summary of one dataset."""
+    from ctrlsim.data import load_dataset
+
+    ds = load_dataset(args.dataset)
+    summary = ds.summary()
+    for key in ("name", "items", "interactions", "users", "users_with_attributes", "tags"):
+        print(f"{key:>22}: {summary[key]}")
+    print(f"{'tags':>22}: {', '.join(ds.tags)}")
+    counts = ds.item_tags.groupby("tag").size().sort_values(ascending=False)
+    print("\nItems per tag")
+    _print_table([{"tag": t, "items": int(n)} for t, n in counts.items()], ["tag", "items"])
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctrlsim", description="Measure how controllable recommenders are.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="datasets, LLMs and encoders available offline")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.set_defaults(func=cmd_info)
+    data = sub.add_parser("data", help="summary of a dataset")
+    data.add_argument("dataset", nargs="?", default="ml-100k", help="built-in name or path")
+    data.set_defaults(func=cmd_data)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CtrlsimError as exc:
+        print(f"ctrlsim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

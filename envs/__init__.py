@@ -1,0 +1,1 @@
+"""Gymnasium / PettingZoo environments (installed as ctrlsim.envs)."""
