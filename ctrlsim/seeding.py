@@ -32,7 +32,7 @@ def _key_to_int(key: Key) -> int:
 
 def seed_sequence(seed: int | None, *keys: Key) -> np.random.SeedSequence:
     """The SeedSequence for `seed` at the path `keys` (seed None draws fresh entropy)."""
-    if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ConfigError(f"seed must be a non-negative int or None, got {seed!r}")
     return np.random.SeedSequence(entropy=seed, spawn_key=tuple(_key_to_int(k) for k in keys))
 

@@ -29,12 +29,12 @@ def read_delimited(path: str | Path, *, sep: str, names: list[str] | None = None
         df = pd.read_csv(path, sep=sep, names=names, header=header, encoding=encoding, engine=engine,
                          dtype=str, keep_default_na=False, na_values=[""], quoting=csv.QUOTE_MINIMAL
                          if sep == "," else csv.QUOTE_NONE, on_bad_lines="error", **kwargs)
+    except pd.errors.EmptyDataError as exc:  # before ValueError: EmptyDataError subclasses it
+        raise DataFileError(path, "file has no rows") from exc
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise DataFileError(path, f"cannot parse: {exc}") from exc
-    except pd.errors.EmptyDataError as exc:
-        raise DataFileError(path, "file has no rows") from exc
     if df.empty:
-        raise DataFileError(path, "file has a header but no rows")
+        raise DataFileError(path, "file has no rows" if header is None else "file has a header but no rows")
     if names is not None and df.isna().all(axis=1).any():
         bad = int(df.index[df.isna().all(axis=1)][0])
         raise DataFileError(path, f"row {bad + 1} is blank")

@@ -77,7 +77,9 @@ def load_atomic(folder: str | Path, name: str | None = None) -> Dataset:
     inter = _atomic_table(inter_path)
     require_columns(inter, ["user_id", "item_id"], inter_path)
     time_col = _first_present(inter, ("timestamp", "time"))
-    require_complete(inter, ["user_id", "item_id"], inter_path)
+    # An empty rating or time would otherwise surface as a bare pandas casting error.
+    require_complete(inter, ["user_id", "item_id"] + [c for c in ("rating", time_col) if c in inter],
+                     inter_path)
     out = pd.DataFrame({
         "user_id": inter["user_id"],
         "item_id": inter["item_id"],
@@ -271,6 +273,8 @@ def load_amazon(reviews: str | Path, metadata: str | Path | None = None, *, name
                 desc = " ".join(str(d) for d in desc)
             meta.append({"item_id": item, "title": rec.get("title") or item,
                          "tags": tuple(dict.fromkeys(str(c) for c in cats)), "description": str(desc)})
+        if not meta:
+            raise DataFileError(metadata, "no metadata records")
         items = pd.DataFrame(meta)
         no_duplicates(items, "item_id", metadata)
         source["metadata"] = str(metadata)

@@ -33,6 +33,8 @@ def _map_ids(df: pd.DataFrame, path: Path, links: str | Path | None) -> pd.Serie
     links = Path(links)
     link_df = read_delimited(links, sep=_sep(links))
     require_columns(link_df, ["movieId", "tmdbId"], links)
+    # Movies without a TMDb id must not match table rows without one (both would read "nan").
+    link_df = link_df.dropna(subset=["movieId", "tmdbId"])
     tmdb_to_item = dict(zip(link_df["tmdbId"].astype(str).str.replace(r"\.0$", "", regex=True),
                             link_df["movieId"].astype(str)))
     key = df[_pick(df, ("tmdbId", "tmdb_id", "id"), path, "TMDb id")].astype(str).str.replace(r"\.0$", "", regex=True)

@@ -1,0 +1,59 @@
+"""A persistent response cache so experiments replay bit-identically and resume for free.
+
+Keys hash the model identity, the call kind, the messages and every generation
+parameter (seed included). Calls that are not reproducible (temperature > 0
+without a seed) are never cached.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+
+def cache_key(model_id: str, kind: str, payload: Any, params: dict) -> str:
+    blob = json.dumps({"model": model_id, "kind": kind, "payload": payload, "params": params},
+                      sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class ResponseCache:
+    """SQLite-backed key -> JSON value store (one file; safe across runs)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False)
+        self._conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._conn.commit()
+
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):
+                chunk = keys[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for key, value in self._conn.execute(
+                        f"SELECT key, value FROM responses WHERE key IN ({marks})", chunk):
+                    found[key] = json.loads(value)
+        return found
+
+    def put_many(self, items: dict[str, Any]) -> None:
+        if not items:
+            return
+        with self._lock:
+            self._conn.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?)",
+                                   [(k, json.dumps(v)) for k, v in items.items()])
+            self._conn.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

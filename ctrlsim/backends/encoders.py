@@ -1,0 +1,221 @@
+"""Text encoders: `load_encoder(spec).encode(texts)` -> L2-normalised (n, d) float32 rows.
+
+Two real runtimes: sentence-transformers (MiniLM, BGE, mxbai; by name or path)
+and a plain transformers encoder with mean or pooled output (TwHIN-BERT is a
+plain BERT, not a sentence-transformers model). Embeddings are cached on disk
+by (encoder identity, text) so repeated item catalogues cost nothing.
+
+Spec: a bundled/alias name (minilm, bge, twhin-bert, mxbai), `st:<id|path>`,
+`hf:<id|path>[#mean|#pooler|#cls]`, or a bare path / hub id.
+"""
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ctrlsim.backends._torch import default_device, import_torch, torch_threads
+from ctrlsim.backends.bundled import BUNDLED_ENCODERS, bundled_encoder_path, cache_dir
+from ctrlsim.errors import ConfigError, MissingDependencyError, ModelNotFoundError
+
+BGE_QUERY = "Represent this sentence for searching relevant passages: "
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    model: str              # hub id or path
+    runtime: str            # "st" (sentence-transformers) or "hf" (plain transformers)
+    pooling: str = "mean"   # hf only: mean | pooler | cls
+    query_prefix: str = ""
+    passage_prefix: str = ""
+
+
+ALIASES: dict[str, EncoderSpec] = {
+    "bge": EncoderSpec("BAAI/bge-base-en-v1.5", "st", query_prefix=BGE_QUERY),
+    "twhin-bert": EncoderSpec("Twitter/twhin-bert-base", "hf", pooling="pooler"),
+    "mxbai": EncoderSpec("mixedbread-ai/mxbai-embed-large-v1", "st", query_prefix=BGE_QUERY),
+}
+
+
+class EmbeddingCache:
+    """SQLite store of float32 vectors keyed by sha256(identity, text)."""
+
+    def __init__(self, path: Path):
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(path, check_same_thread=False)
+        self._conn.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+
+    def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
+        out = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):
+                chunk = keys[start:start + 500]
+                q = f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(chunk))})"
+                for key, blob in self._conn.execute(q, chunk):
+                    out[key] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def put_many(self, items: dict[str, np.ndarray]) -> None:
+        with self._lock:
+            self._conn.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)",
+                                   [(k, v.astype(np.float32).tobytes()) for k, v in items.items()])
+            self._conn.commit()
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.maximum(norms, 1e-12)
+
+
+class Encoder(ABC):
+    """Batched, cached, L2-normalised text embeddings."""
+
+    def __init__(self, name: str, spec: EncoderSpec, *, threads: int | None = 1, batch_size: int = 64,
+                 cache: bool = True):
+        self.name, self.spec = name, spec
+        self.threads, self.batch_size = threads, batch_size
+        self._memory: dict[str, np.ndarray] = {}
+        self._disk = None
+        if cache:
+            slug = hashlib.sha256(self.cache_identity().encode()).hexdigest()[:16]
+            self._disk = EmbeddingCache(cache_dir("embeddings") / f"{name.replace('/', '_')}-{slug}.sqlite")
+
+    @property
+    def identity(self) -> dict:
+        """What actually ran; recorded with every result."""
+        return {"encoder": self.name, "model": self.spec.model, "runtime": self.spec.runtime,
+                "pooling": self.spec.pooling if self.spec.runtime == "hf" else None}
+
+    def cache_identity(self) -> str:
+        return repr(self.identity)
+
+    @abstractmethod
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """Raw (unnormalised) embeddings for a batch."""
+
+    @property
+    def dim(self) -> int:
+        return int(self.encode(["dimension probe"]).shape[1])
+
+    def encode(self, texts: Sequence[str], *, kind: str = "passage") -> np.ndarray:
+        """(len(texts), d) float32, unit-norm rows. `kind="query"` adds the model's query prefix."""
+        if kind not in ("passage", "query"):
+            raise ConfigError(f"kind must be 'passage' or 'query', got {kind!r}")
+        if isinstance(texts, str):
+            raise ConfigError("encode expects a list of texts, not a single string")
+        prefix = self.spec.query_prefix if kind == "query" else self.spec.passage_prefix
+        full = [prefix + str(t) for t in texts]
+        if not full:
+            return np.zeros((0, 0), dtype=np.float32)
+        keys = [hashlib.sha256(t.encode()).hexdigest() for t in full]
+        missing = [k for k in dict.fromkeys(keys) if k not in self._memory]
+        if missing and self._disk is not None:
+            self._memory.update(self._disk.get_many(missing))
+        todo = {k: t for k, t in zip(keys, full) if k not in self._memory}
+        if todo:
+            todo_keys, todo_texts = list(todo), list(todo.values())
+            chunks = []
+            with torch_threads(self.threads):
+                for start in range(0, len(todo_texts), self.batch_size):
+                    chunks.append(_normalise(self._embed(todo_texts[start:start + self.batch_size])))
+            fresh = dict(zip(todo_keys, np.concatenate(chunks)))
+            self._memory.update(fresh)
+            if self._disk is not None:
+                self._disk.put_many(fresh)
+        return np.stack([self._memory[k] for k in keys])
+
+
+class SentenceTransformerEncoder(Encoder):
+    def __init__(self, name: str, spec: EncoderSpec, *, device: str | None = None, **kwargs):
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise MissingDependencyError("sentence_transformers", "encoders", "text encoders") from exc
+        super().__init__(name, spec, **kwargs)
+        try:
+            with torch_threads(self.threads):
+                self.model = SentenceTransformer(spec.model, device=default_device(device))
+        except OSError as exc:
+            raise ModelNotFoundError(
+                f"cannot load encoder {spec.model!r}: {exc}. It needs a local copy (path or Hugging Face cache) "
+                "or network access to the hub; the offline default is 'minilm'.") from exc
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        return self.model.encode(texts, batch_size=len(texts), convert_to_numpy=True, show_progress_bar=False)
+
+
+class TransformersEncoder(Encoder):
+    """A plain transformers encoder; pooling "mean" (masked), "pooler" (pooler_output) or "cls"."""
+
+    def __init__(self, name: str, spec: EncoderSpec, *, device: str | None = None, max_length: int = 256,
+                 **kwargs):
+        if spec.pooling not in ("mean", "pooler", "cls"):
+            raise ConfigError(f"pooling must be mean, pooler or cls, got {spec.pooling!r}")
+        try:
+            import transformers
+        except ImportError as exc:
+            raise MissingDependencyError("transformers", "encoders", "transformers encoders") from exc
+        super().__init__(name, spec, **kwargs)
+        self.device, self.max_length = default_device(device), max_length
+        try:
+            with torch_threads(self.threads):
+                self.tokenizer = transformers.AutoTokenizer.from_pretrained(spec.model)
+                self.model = transformers.AutoModel.from_pretrained(spec.model).to(self.device).eval()
+        except OSError as exc:
+            raise ModelNotFoundError(
+                f"cannot load encoder {spec.model!r}: {exc}. It needs a local copy (path or Hugging Face cache) "
+                "or network access to the hub; the offline default is 'minilm'.") from exc
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        torch = import_torch()
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
+                             return_tensors="pt").to(self.device)
+        with torch.inference_mode():
+            out = self.model(**enc)
+        if self.spec.pooling == "pooler" and getattr(out, "pooler_output", None) is not None:
+            vecs = out.pooler_output
+        elif self.spec.pooling == "cls":
+            vecs = out.last_hidden_state[:, 0]
+        else:  # mean over real tokens (also the fallback when a model has no pooler)
+            mask = enc["attention_mask"].unsqueeze(-1).to(out.last_hidden_state.dtype)
+            vecs = (out.last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return vecs.float().cpu().numpy()
+
+
+def resolve_encoder_spec(spec: str) -> tuple[str, EncoderSpec]:
+    """(display name, EncoderSpec) for a spec string."""
+    if spec in BUNDLED_ENCODERS:
+        return spec, EncoderSpec(str(bundled_encoder_path(spec)), "st")
+    if spec in ALIASES:
+        return spec, ALIASES[spec]
+    head, sep, rest = spec.partition(":")
+    if sep and head in ("st", "hf"):
+        target, _, pooling = rest.partition("#")
+        return rest, EncoderSpec(target, head, pooling=pooling or "mean")
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        runtime = "st" if (path / "modules.json").exists() else "hf"
+        return spec, EncoderSpec(str(path), runtime)
+    if "/" in spec:  # a hub id
+        return spec, EncoderSpec(spec, "st")
+    raise ModelNotFoundError(
+        f"unknown encoder {spec!r}: not bundled ({sorted(BUNDLED_ENCODERS)}), not an alias ({sorted(ALIASES)}), "
+        "not a folder and not a hub id")
+
+
+def load_encoder(spec: str = "minilm", *, threads: int | None = 1, device: str | None = None,
+                 cache: bool = True, **options) -> Encoder:
+    """Load a text encoder by spec (see module docstring)."""
+    name, resolved = resolve_encoder_spec(spec)
+    overrides = {k: options.pop(k) for k in ("query_prefix", "passage_prefix", "pooling") if k in options}
+    if overrides:
+        resolved = EncoderSpec(**{**resolved.__dict__, **overrides})
+    cls = SentenceTransformerEncoder if resolved.runtime == "st" else TransformersEncoder
+    return cls(name, resolved, threads=threads, device=device, cache=cache, **options)

@@ -1,0 +1,245 @@
+"""The LLM interface every runtime implements.
+
+`chat` generates, `rate` scores 0-5 as the expected value over the digit-token
+probabilities after an assistant prefix such as "Rating: " (the only rating
+method that separates liked from disliked items on small models), and
+`rate_by_generation` is SteerEval's generate-and-parse rating, kept for
+faithful reproduction. All three go through the token meter and the optional
+response cache; runtimes implement only `_generate` and `_digit_logprobs`.
+"""
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ctrlsim.backends.cache import ResponseCache, cache_key
+from ctrlsim.backends.meter import TokenMeter
+from ctrlsim.errors import ConfigError, ModelError
+
+Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
+Conversation = list[Message]
+
+RATING_PREFIX = "Rating: "
+RATING_DIGITS = tuple(str(d) for d in range(6))
+
+
+@dataclass
+class Completion:
+    """One generated reply and what it cost."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str = "stop"
+    cached: bool = False
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "finish_reason": self.finish_reason}
+
+
+@dataclass
+class DigitScores:
+    """Log-probabilities of the digit tokens at the rated position, and the prompt length."""
+
+    logprobs: np.ndarray  # (len(RATING_DIGITS),), -inf where a digit got no mass
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+    def reproducible(self) -> bool:
+        return self.temperature == 0.0 or self.seed is not None
+
+
+def validate_conversations(conversations: Sequence[Conversation]) -> list[Conversation]:
+    """A batch of conversations, each a non-empty list of {"role", "content"} messages."""
+    if isinstance(conversations, dict) or (conversations and isinstance(conversations[0], dict)):
+        raise ConfigError("expected a batch (list) of conversations; wrap a single conversation in a list")
+    out = []
+    for n, conv in enumerate(conversations):
+        if not conv:
+            raise ConfigError(f"conversation {n} is empty")
+        for msg in conv:
+            if not isinstance(msg, dict) or msg.get("role") not in ("system", "user", "assistant") \
+                    or not isinstance(msg.get("content"), str):
+                raise ConfigError(f"conversation {n}: malformed message {msg!r}")
+        out.append([{"role": m["role"], "content": m["content"]} for m in conv])
+    return out
+
+
+def expected_rating(logprobs: np.ndarray) -> float:
+    """Expected digit under the distribution renormalised over the digit tokens."""
+    logprobs = np.asarray(logprobs, dtype=np.float64)
+    if not np.isfinite(logprobs).any():
+        return float("nan")
+    p = np.exp(logprobs - np.max(logprobs))
+    p /= p.sum()
+    return float(np.dot(p, np.arange(len(p))))
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def parse_first_number(text: str) -> float | None:
+    """SteerEval's parser: the first number in the reply, or None."""
+    match = _NUMBER.search(text)
+    return float(match.group()) if match else None
+
+
+def digit_token_ids(tokenize, digits=RATING_DIGITS) -> list[list[int]]:
+    """Token ids that spell each digit on its own (with and without a leading space)."""
+    ids = []
+    for d in digits:
+        variants = set()
+        for text in (d, " " + d):
+            toks = tokenize(text)
+            if len(toks) == 1:
+                variants.add(toks[0])
+        if not variants:
+            raise ModelError(f"the tokenizer has no single token for digit {d!r}; digit rating is impossible")
+        ids.append(sorted(variants))
+    return ids
+
+
+def digit_logprobs_from_logits(logits: np.ndarray, digit_ids: list[list[int]]) -> np.ndarray:
+    """log P(digit) for each digit (summing its token variants) from a logits row."""
+    logits = np.asarray(logits, dtype=np.float64)
+    top = logits.max()
+    log_z = top + np.log(np.exp(logits - top).sum())
+    out = np.empty(len(digit_ids))
+    for k, ids in enumerate(digit_ids):
+        vals = logits[ids]
+        m = vals.max()
+        out[k] = m + np.log(np.exp(vals - m).sum()) - log_z
+    return out
+
+
+class LLM(ABC):
+    """Base class: batching, caching and metering around a runtime's two primitives."""
+
+    runtime: str = "abstract"
+
+    def __init__(self, model_id: str, *, meter: TokenMeter | None = None, cache: ResponseCache | None = None):
+        self.model_id = model_id
+        self.meter = meter if meter is not None else TokenMeter()
+        self.cache = cache
+
+    @property
+    def identity(self) -> dict:
+        """What actually ran; recorded with every result."""
+        return {"runtime": self.runtime, "model": self.model_id}
+
+    # -------------------------------------------------------------- runtimes
+    @abstractmethod
+    def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
+        """Generate one completion per conversation."""
+
+    @abstractmethod
+    def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
+        """Digit log-probs at the first position after the assistant turn starts with `prefix`."""
+
+    # ------------------------------------------------------------ public API
+    def chat(self, conversations: Sequence[Conversation], *, max_tokens: int = 256, temperature: float = 0.0,
+             top_p: float = 1.0, seed: int | None = None, stop: Sequence[str] = (),
+             keys: Sequence[str | None] | None = None) -> list[Completion]:
+        """Generate a reply for each conversation. `keys` charge each call's tokens to a meter key."""
+        conversations = validate_conversations(conversations)
+        if max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {max_tokens}")
+        if temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {temperature}")
+        params = GenerationParams(max_tokens, float(temperature), float(top_p), seed, tuple(stop))
+        keys = self._keys(keys, len(conversations))
+        results: list[Completion | None] = [None] * len(conversations)
+        cache_keys = self._cache_keys("chat", conversations, params.__dict__) if params.reproducible() else None
+        if cache_keys is not None:
+            for i, value in self._cached(cache_keys).items():
+                results[i] = Completion(**value, cached=True)
+        todo = [i for i, r in enumerate(results) if r is None]
+        if todo:
+            fresh = self._generate([conversations[i] for i in todo], params)
+            for i, completion in zip(todo, fresh):
+                results[i] = completion
+            if cache_keys is not None and self.cache is not None:
+                self.cache.put_many({cache_keys[i]: results[i].to_dict() for i in todo})
+        for completion, key in zip(results, keys):
+            self.meter.add(completion.prompt_tokens, completion.completion_tokens, key=key, cached=completion.cached)
+        return results  # type: ignore[return-value]
+
+    def rate(self, conversations: Sequence[Conversation], *, prefix: str = RATING_PREFIX,
+             keys: Sequence[str | None] | None = None) -> np.ndarray:
+        """Expected 0-5 rating per conversation from the digit-token distribution after `prefix`.
+
+        The conversation should end with a user message asking for a 0-5
+        rating. One scored position counts as one completion token.
+        """
+        conversations = validate_conversations(conversations)
+        keys = self._keys(keys, len(conversations))
+        scores: list[DigitScores | None] = [None] * len(conversations)
+        cached_flags = [False] * len(conversations)
+        cache_keys = self._cache_keys("rate", conversations, {"prefix": prefix})
+        for i, value in self._cached(cache_keys).items():
+            scores[i] = DigitScores(np.array(value["logprobs"], dtype=np.float64), value["prompt_tokens"])
+            cached_flags[i] = True
+        todo = [i for i, s in enumerate(scores) if s is None]
+        if todo:
+            fresh = self._digit_logprobs([conversations[i] for i in todo], prefix)
+            for i, s in zip(todo, fresh):
+                scores[i] = s
+            if self.cache is not None:
+                self.cache.put_many({cache_keys[i]: {"logprobs": [float(x) if np.isfinite(x) else -1e30
+                                                                   for x in scores[i].logprobs],
+                                                     "prompt_tokens": scores[i].prompt_tokens} for i in todo})
+        for s, key, cached in zip(scores, keys, cached_flags):
+            self.meter.add(s.prompt_tokens, 1, key=key, cached=cached)
+        return np.array([expected_rating(s.logprobs) for s in scores], dtype=np.float64)
+
+    def rate_by_generation(self, conversations: Sequence[Conversation], *, rng: np.random.Generator,
+                           max_tokens: int = 16, lowest: float = 0.0, jitter: float = 1e-6,
+                           keys: Sequence[str | None] | None = None) -> tuple[np.ndarray, list[str]]:
+        """SteerEval's rating: greedy reply, first number parsed; no number -> `lowest`.
+
+        A tiny seeded jitter breaks ties (the release used an unseeded one).
+        Returns the scores and the raw replies (so unparsable replies can be logged).
+        """
+        replies = self.chat(conversations, max_tokens=max_tokens, temperature=0.0, keys=keys)
+        parsed = [parse_first_number(r.text) for r in replies]
+        scores = np.array([lowest if p is None else p for p in parsed], dtype=np.float64)
+        return scores + rng.uniform(0, jitter, size=len(scores)), [r.text for r in replies]
+
+    # --------------------------------------------------------------- helpers
+    @staticmethod
+    def _keys(keys, n: int) -> list[str | None]:
+        if keys is None:
+            return [None] * n
+        keys = list(keys)
+        if len(keys) != n:
+            raise ConfigError(f"got {len(keys)} meter keys for {n} conversations")
+        return keys
+
+    def _cache_keys(self, kind: str, conversations: list[Conversation], params: dict) -> list[str]:
+        return [cache_key(self.cache_identity(), kind, conv, params) for conv in conversations]
+
+    def _cached(self, cache_keys: list[str]) -> dict[int, dict]:
+        if self.cache is None:
+            return {}
+        found = self.cache.get_many(cache_keys)
+        return {i: found[k] for i, k in enumerate(cache_keys) if k in found}
+
+    def cache_identity(self) -> str:
+        """Identity string for cache keys: runtime plus model (subclasses add file hashes)."""
+        return f"{self.runtime}:{self.model_id}"
+
+    def close(self) -> None:
+        """Release the model (optional)."""

@@ -1,0 +1,93 @@
+"""`load_llm(spec)`: one spec string picks the model and the runtime.
+
+Spec grammar: `[runtime:]target`
+  runtime  llamacpp | transformers | vllm | openai   (optional)
+  target   a bundled name (qwen2.5-1.5b, qwen2.5-0.5b, smollm2-135m), a GGUF
+           file, a Hugging Face folder, a hub id, or (openai) a base URL
+           with an optional "#model" suffix.
+Without a runtime: bundled names and .gguf files use llama.cpp, http(s) URLs
+the OpenAI-compatible client, folders and hub ids transformers.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ctrlsim.backends.bundled import BUNDLED_LLMS, DEFAULT_LLM, bundled_llm_path
+from ctrlsim.backends.cache import ResponseCache
+from ctrlsim.backends.llm import LLM
+from ctrlsim.backends.meter import TokenMeter
+from ctrlsim.errors import ConfigError, ModelNotFoundError
+
+RUNTIMES = ("llamacpp", "transformers", "vllm", "openai")
+
+
+def default_threads() -> int:
+    """Threads for CPU runtimes: $CTRLSIM_THREADS, else 1 (2 threads on a busy 2-core box spin-wait)."""
+    value = os.environ.get("CTRLSIM_THREADS", "1")
+    try:
+        threads = int(value)
+    except ValueError as exc:
+        raise ConfigError(f"CTRLSIM_THREADS must be an integer, got {value!r}") from exc
+    if threads < 1:
+        raise ConfigError(f"CTRLSIM_THREADS must be >= 1, got {threads}")
+    return threads
+
+
+def parse_spec(spec: str) -> tuple[str | None, str]:
+    head, sep, rest = spec.partition(":")
+    if sep and head in RUNTIMES:
+        return head, rest
+    return None, spec
+
+
+def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
+             cache: ResponseCache | str | Path | None = None, threads: int | None = None, **options) -> LLM:
+    """Load an LLM from a spec string (see module docstring). `cache` may be a path."""
+    runtime, target = parse_spec(spec)
+    if isinstance(cache, (str, Path)):
+        cache = ResponseCache(cache)
+    common = {"meter": meter, "cache": cache}
+    threads = threads or default_threads()
+    if runtime is None:
+        if target in BUNDLED_LLMS or target.endswith(".gguf"):
+            runtime = "llamacpp"
+        elif target.startswith(("http://", "https://")):
+            runtime = "openai"
+        else:
+            runtime = "transformers"
+
+    if runtime == "llamacpp":
+        from ctrlsim.backends.llamacpp import LlamaCppLLM
+
+        if target in BUNDLED_LLMS:
+            return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,
+                               n_threads=threads, **common, **options)
+        path = Path(target).expanduser()
+        if not path.is_file():
+            raise ModelNotFoundError(f"no GGUF file at {path}; bundled names: {sorted(BUNDLED_LLMS)}")
+        return LlamaCppLLM(path, n_threads=threads, **common, **options)
+
+    if runtime == "transformers":
+        from ctrlsim.backends.hf import TransformersLLM
+
+        if target in BUNDLED_LLMS:  # the bundled GGUF, de-quantised by transformers (slow, heavy)
+            path = bundled_llm_path(target)
+            return TransformersLLM(path.parent, gguf_file=path.name, model_id=target, threads=threads,
+                                   **common, **options)
+        if Path(target).expanduser().suffix == ".gguf":
+            path = Path(target).expanduser()
+            return TransformersLLM(path.parent, gguf_file=path.name, threads=threads, **common, **options)
+        return TransformersLLM(target, threads=threads, **common, **options)
+
+    if runtime == "vllm":
+        from ctrlsim.backends.vllm_backend import VLLMLLM
+
+        return VLLMLLM(target, **common, **options)
+
+    if runtime == "openai":
+        from ctrlsim.backends.openai_compat import OpenAICompatLLM
+
+        url, _, model = target.partition("#")
+        return OpenAICompatLLM(url, model=model or None, **common, **options)
+    raise ConfigError(f"unknown runtime {runtime!r}; choose from {RUNTIMES}")
