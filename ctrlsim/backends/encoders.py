@@ -22,6 +22,7 @@ import numpy as np
 
 from ctrlsim.backends._torch import default_device, import_torch, torch_threads
 from ctrlsim.backends.bundled import BUNDLED_ENCODERS, bundled_encoder_path, cache_dir
+from ctrlsim.backends.hub import resolve_model
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelNotFoundError
 
 BGE_QUERY = "Represent this sentence for searching relevant passages: "
@@ -141,7 +142,8 @@ class SentenceTransformerEncoder(Encoder):
         super().__init__(name, spec, **kwargs)
         try:
             with torch_threads(self.threads):
-                self.model = SentenceTransformer(spec.model, device=default_device(device))
+                self.model = SentenceTransformer(resolve_model(spec.model, offline_default="minilm"),
+                                                 device=default_device(device))
         except OSError as exc:
             raise ModelNotFoundError(
                 f"cannot load encoder {spec.model!r}: {exc}. It needs a local copy (path or Hugging Face cache) "
@@ -166,8 +168,9 @@ class TransformersEncoder(Encoder):
         self.device, self.max_length = default_device(device), max_length
         try:
             with torch_threads(self.threads):
-                self.tokenizer = transformers.AutoTokenizer.from_pretrained(spec.model)
-                self.model = transformers.AutoModel.from_pretrained(spec.model).to(self.device).eval()
+                local = resolve_model(spec.model, offline_default="minilm")
+                self.tokenizer = transformers.AutoTokenizer.from_pretrained(local)
+                self.model = transformers.AutoModel.from_pretrained(local).to(self.device).eval()
         except OSError as exc:
             raise ModelNotFoundError(
                 f"cannot load encoder {spec.model!r}: {exc}. It needs a local copy (path or Hugging Face cache) "

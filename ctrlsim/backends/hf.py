@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from ctrlsim.backends._torch import default_device, import_torch, torch_threads
+from ctrlsim.backends.hub import resolve_model
 from ctrlsim.backends.llm import LLM, Completion, Conversation, DigitScores, GenerationParams, digit_token_ids
 from ctrlsim.errors import MissingDependencyError, ModelError, ModelNotFoundError
 
@@ -31,6 +32,7 @@ class TransformersLLM(LLM):
         self.threads, self.batch_size = threads, batch_size
         extra = {"gguf_file": gguf_file} if gguf_file else {}
         self.source = {"model": str(model), **extra}
+        model = resolve_model(str(model), offline_default="qwen2.5-1.5b (llama.cpp)")
         try:
             with torch_threads(self.threads):
                 self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **extra)

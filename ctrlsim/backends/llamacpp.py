@@ -87,6 +87,9 @@ class LlamaCppLLM(LLM):
         out = []
         for conv in conversations:
             tokens = self.tokenize(self.render(conv))
+            # Logits depend slightly on how the prompt was batched, so a reused KV prefix can change a
+            # sampled token; evaluating every prompt from scratch makes seeded generation replay exactly.
+            self._llm.reset()
             try:
                 res = self._llm.create_completion(
                     tokens, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,

@@ -28,6 +28,13 @@ def cmd_info(args: argparse.Namespace) -> int:
             where, ok = str(exc), False
         datasets.append({"name": name, "available": ok, "provided_by": where})
     models = available_models()
+    from ctrlsim.backends.encoders import ALIASES
+    from ctrlsim.backends.hub import cached_snapshot
+
+    for alias, spec in ALIASES.items():
+        local = cached_snapshot(spec.model)
+        models["encoders"].append({"name": alias, "model": spec.model, "available": local is not None,
+                                   "provided_by": local or "Hugging Face hub (not cached here)"})
     if args.json:
         print(json.dumps({"datasets": datasets, "formats": sorted(FORMATS), **models}, indent=2))
         return 0

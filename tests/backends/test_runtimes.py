@@ -1,0 +1,113 @@
+"""The other runtimes, each against a real model: OpenAI-compatible server, transformers, vLLM."""
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from ctrlsim.backends import load_llm
+from ctrlsim.backends.bundled import bundled_llm_path
+from ctrlsim.backends.specs import parse_spec
+from ctrlsim.backends.vllm_backend import gpu_unavailable_reason
+from ctrlsim.errors import ConfigError, MissingDependencyError, ModelNotFoundError
+
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """A real llama_cpp.server on loopback serving the smallest bundled model."""
+    pytest.importorskip("llama_cpp.server", exc_type=ImportError)
+    try:
+        model = bundled_llm_path("smollm2-135m")
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    log = open(log_path, "wb")  # a file, not a pipe: an unread pipe fills up and blocks the server
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+                             "--port", str(port), "--n_threads", "1", "--n_ctx", "2048"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/models", timeout=2) as resp:
+                json.loads(resp.read())
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail("llama_cpp.server exited: " + log_path.read_text()[-500:])
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("llama_cpp.server did not start within 60 s")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+    log.close()
+
+
+def test_openai_compatible_backend_against_real_server(llama_server):
+    llm = load_llm(llama_server)
+    assert llm.identity["runtime"] == "openai-compatible"
+    reply = llm.chat([[{"role": "user", "content": "Say hello."}]], max_tokens=8)[0]
+    assert reply.text and reply.prompt_tokens > 0 and 0 < reply.completion_tokens <= 8
+    ratings = llm.rate([[{"role": "user", "content": "Rate the movie Star Wars (1977) from 0 to 5."}]])
+    assert 0.0 <= ratings[0] <= 5.0
+    assert llm.meter.total.completion_tokens == reply.completion_tokens + 1
+
+
+def test_openai_compatible_unreachable_server_is_a_clear_error():
+    from ctrlsim.errors import ModelError
+
+    with pytest.raises(ModelError, match="cannot reach"):
+        load_llm(f"http://127.0.0.1:{_free_port()}/v1")
+
+
+@pytest.mark.slow
+def test_transformers_runtime_on_bundled_gguf(llm_or_skip):
+    llm = llm_or_skip("transformers:smollm2-135m")
+    reply = llm.chat([[{"role": "user", "content": "Say hello."}]], max_tokens=6)[0]
+    assert reply.text and reply.completion_tokens >= 1
+    r = llm.rate([[{"role": "user", "content": "Rate Star Wars from 0 to 5."}]] * 2)
+    assert r.shape == (2,) and np.all((r >= 0) & (r <= 5)) and r[0] == pytest.approx(r[1])
+
+
+def test_vllm_runtime_or_clear_skip():
+    reason = gpu_unavailable_reason()
+    if reason:
+        with pytest.raises(MissingDependencyError, match="ctrlsim\\[vllm\\]"):
+            load_llm("vllm:Qwen/Qwen2.5-0.5B-Instruct")
+        pytest.skip(reason)
+    llm = load_llm("vllm:Qwen/Qwen2.5-0.5B-Instruct")
+    assert llm.chat([[{"role": "user", "content": "Say hi"}]], max_tokens=4)[0].text
+
+
+def test_spec_parsing_and_errors(tmp_path):
+    assert parse_spec("llamacpp:/x/y.gguf") == ("llamacpp", "/x/y.gguf")
+    assert parse_spec("Qwen/Qwen2.5-0.5B") == (None, "Qwen/Qwen2.5-0.5B")
+    assert parse_spec("http://host:8000/v1") == (None, "http://host:8000/v1")
+    with pytest.raises(ModelNotFoundError, match="no GGUF file"):
+        load_llm(str(tmp_path / "missing.gguf"))
+    with pytest.raises(ModelNotFoundError, match="hub"):
+        load_llm(str(tmp_path / "no-such-folder"))
+
+
+def test_threads_env_is_validated(monkeypatch):
+    from ctrlsim.backends.specs import default_threads
+
+    monkeypatch.setenv("CTRLSIM_THREADS", "3")
+    assert default_threads() == 3
+    monkeypatch.setenv("CTRLSIM_THREADS", "zero")
+    with pytest.raises(ConfigError):
+        default_threads()
