@@ -1,4 +1,5 @@
-"""Black-box recommenders behind one batched protocol."""
+"""Black-box recommenders behind one batched protocol: `make_recommender(name, dataset)`."""
 from ctrlsim.recommenders.base import Recommender, Slate, UserState
+from ctrlsim.recommenders.registry import RECOMMENDERS, make_recommender
 
-__all__ = ["Recommender", "Slate", "UserState"]
+__all__ = ["RECOMMENDERS", "Recommender", "Slate", "UserState", "make_recommender"]

@@ -1,0 +1,125 @@
+"""`nl-profile`: SteerEval's natural-language-profile recommender.
+
+A profile is written by an LLM from the user's history (paragraph or sentence
+prompt), then items are ranked by (a) an LLM rating per item (expected digit
+value by default; the paper's generate-and-parse as `rating="generate"`) or
+(b) cosine similarity between profile and item-text embeddings. A state that
+already carries a profile is ranked by it directly: that is how steering works.
+
+Ratings in the profile prompt come from `state.attributes["ratings"]` (aligned
+with the history) when present. Histories longer than `max_history` keep the
+first `max_history` items, as SteerEval's "first H rated items".
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ctrlsim.backends import LLM, Encoder, load_encoder, load_llm
+from ctrlsim.data import Dataset
+from ctrlsim.errors import ConfigError, EmptyHistoryError
+from ctrlsim.recommenders.base import Recommender, UserState
+from ctrlsim.recommenders.prompts import PROFILE_STYLES, SCORE_PREFIX, profile_messages, score_messages
+from ctrlsim.seeding import derive_rng
+
+
+class NLProfileRecommender(Recommender):
+    name = "nl-profile"
+
+    def __init__(self, dataset: Dataset, *, llm: LLM | str = "qwen2.5-1.5b", ranker: str = "llm",
+                 profile_style: str = "paragraph", rating: str = "digits", encoder: Encoder | str = "minilm",
+                 max_history: int = 50, profile_max_tokens: int = 256, seed: int = 0, **options):
+        super().__init__(dataset, **options)
+        if ranker not in ("llm", "embedding"):
+            raise ConfigError(f"ranker must be 'llm' or 'embedding', got {ranker!r}")
+        if profile_style not in PROFILE_STYLES:
+            raise ConfigError(f"profile_style must be one of {sorted(PROFILE_STYLES)}, got {profile_style!r}")
+        if rating not in ("digits", "generate"):
+            raise ConfigError(f"rating must be 'digits' or 'generate', got {rating!r}")
+        self._llm_spec = llm
+        self._llm: LLM | None = None
+        self.ranker, self.profile_style, self.rating = ranker, profile_style, rating
+        self.max_history, self.profile_max_tokens, self.seed = max_history, profile_max_tokens, seed
+        self._encoder_spec = encoder
+        self._encoder: Encoder | None = None
+        self._profiles: dict[tuple, str] = {}
+
+    @property
+    def identity(self) -> dict:
+        ident = {**super().identity, "ranker": self.ranker, "profile_style": self.profile_style,
+                 "llm": self._llm.identity if self._llm is not None else str(self._llm_spec)}
+        if self.ranker == "llm":
+            ident["rating"] = self.rating
+        else:
+            ident["encoder"] = self.encoder.identity
+        return ident
+
+    @property
+    def llm(self) -> LLM:
+        """Loaded on first use: the embedding ranker on given profiles needs no LLM."""
+        if self._llm is None:
+            spec = self._llm_spec
+            self._llm = load_llm(spec) if isinstance(spec, str) else spec
+        return self._llm
+
+    @property
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            spec = self._encoder_spec
+            self._encoder = load_encoder(spec) if isinstance(spec, str) else spec
+        return self._encoder
+
+    # --------------------------------------------------------------- profiles
+    def profiles(self, states: Sequence[UserState]) -> list[str]:
+        """Each state's profile: its own text, else one generated from its history (batched, memoised)."""
+        needed: dict[tuple, None] = {}
+        for state in states:
+            if state.profile:
+                continue
+            if not state.history:
+                raise EmptyHistoryError("nl-profile needs a profile or a non-empty history "
+                                        f"(user {state.user_id!r})")
+            ratings = tuple(state.attributes.get("ratings", (None,) * len(state.history)))
+            if len(ratings) != len(state.history):
+                raise ConfigError(f"attributes['ratings'] has {len(ratings)} values for {len(state.history)} items")
+            key = (state.history[: self.max_history], ratings[: self.max_history])
+            if key not in self._profiles:
+                needed[key] = None
+        if needed:
+            items = self.dataset.items
+            convs = [profile_messages([items.iloc[i] for i in self.dataset.indices(h)], r, self.profile_style)
+                     for h, r in needed]
+            replies = self.llm.chat(convs, max_tokens=self.profile_max_tokens, temperature=0.0)
+            for key, reply in zip(needed, replies):
+                self._profiles[key] = reply.text.strip()
+        out = []
+        for state in states:
+            if state.profile:
+                out.append(state.profile)
+            else:
+                ratings = tuple(state.attributes.get("ratings", (None,) * len(state.history)))
+                out.append(self._profiles[(state.history[: self.max_history], ratings[: self.max_history])])
+        return out
+
+    # ---------------------------------------------------------------- scoring
+    def score_all(self, states: Sequence[UserState]) -> np.ndarray:
+        everything = np.arange(len(self.dataset.items))
+        return np.stack(self.score_candidates(states, [everything] * len(states)))
+
+    def score_candidates(self, states: Sequence[UserState], candidates: list[np.ndarray]) -> list[np.ndarray]:
+        profiles = self.profiles(states)
+        if self.ranker == "embedding":
+            item_vecs = self.encoder.encode(self.dataset.items["text"].tolist())
+            prof_vecs = self.encoder.encode(profiles, kind="query")
+            return [item_vecs[idx] @ p for p, idx in zip(prof_vecs, candidates)]
+        items = self.dataset.items
+        convs, owners = [], []
+        for n, (profile, idx) in enumerate(zip(profiles, candidates)):
+            convs.extend(score_messages(profile, items.iloc[i]) for i in idx)
+            owners.append(len(idx))
+        if self.rating == "digits":
+            flat = self.llm.rate(convs, prefix=SCORE_PREFIX)
+        else:
+            flat, _ = self.llm.rate_by_generation(convs, rng=derive_rng(self.seed, "nl-profile-jitter", len(convs)))
+        return np.split(flat, np.cumsum(owners)[:-1])
