@@ -1,1 +1,16 @@
-"""Gymnasium / PettingZoo environments (installed as ctrlsim.envs)."""
+"""Gymnasium / PettingZoo environments (installed as `ctrlsim.envs`).
+
+Importing this module registers the envs with Gymnasium:
+`gymnasium.make("ctrlsim/TargetDiscovery-v0", recommender="narm", target="Film-Noir")`
+(or without importing first: `gymnasium.make("ctrlsim.envs:ctrlsim/TargetDiscovery-v0")`).
+"""
+from .engine import ProbeSpec
+from .population_env import PopulationEnv
+from .probe_env import ProbeEnv
+from .registration import ENV_IDS, register_envs
+from .tasks import TASKS, PopularityBias, ProfileShaping, ProbeRecord, TargetDiscovery, Task, make_task
+
+register_envs()
+
+__all__ = ["ENV_IDS", "TASKS", "PopularityBias", "PopulationEnv", "ProbeEnv", "ProbeRecord", "ProbeSpec",
+           "ProfileShaping", "TargetDiscovery", "Task", "make_task", "register_envs"]

@@ -25,6 +25,7 @@ from ctrlsim.backends import LLM, load_llm
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError, EmptyHistoryError, LLMOutputError
 from ctrlsim.recommenders.base import Recommender, UserState
+from ctrlsim.recommenders.search import CatalogueSearch
 
 KEYWORD_PROMPT = (
     "A user liked these movies (most recent last):\n{items}\n{profile}"
@@ -54,16 +55,9 @@ class KeywordBM25Recommender(Recommender):
         super().__init__(dataset, **options)
         if n_keywords < 1 or history_items < 1:
             raise ConfigError("n_keywords and history_items must be >= 1")
-        import bm25s
-
         self.llm = load_llm(llm) if isinstance(llm, str) else llm
         self.n_keywords, self.history_items, self.k1, self.b = n_keywords, history_items, k1, b
-        self._bm25s = bm25s
-        corpus = self._bm25s.tokenize(dataset.items["text"].tolist(), stopwords="en", show_progress=False)
-        self.retriever = bm25s.BM25(k1=k1, b=b)
-        self.retriever.index(corpus, show_progress=False)
-        pop = dataset.items["popularity"].to_numpy(dtype=np.float64)
-        self._tiebreak = 1e-6 * pop / max(pop.max(), 1.0)
+        self.search = CatalogueSearch(dataset, k1=k1, b=b)
         self.last_keywords: list[list[str]] = []  # what the LLM wrote for the last batch (for logs)
 
     @property
@@ -86,10 +80,4 @@ class KeywordBM25Recommender(Recommender):
 
     def score_all(self, states: Sequence[UserState]) -> np.ndarray:
         self.last_keywords = self.keywords(states)
-        rows = []
-        for words in self.last_keywords:
-            query = self._bm25s.tokenize([" ".join(words)], stopwords="en", return_ids=False,
-                                         show_progress=False)[0]
-            scores = self.retriever.get_scores(query) if query else np.zeros(len(self._tiebreak))
-            rows.append(np.asarray(scores, dtype=np.float64) + self._tiebreak)
-        return np.stack(rows)
+        return np.stack([self.search.scores(" ".join(words)) for words in self.last_keywords])

@@ -1,0 +1,102 @@
+"""CtrlBench-Rec's controllability metrics (Tables 5 and 8, eq. 3) as pure functions.
+
+Inputs are plain Python/numpy values (per-probe lists of liked item ids,
+vectors, popularity arrays), so the same functions serve the envs' `info`,
+the population runner and offline analysis.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+from scipy.spatial.distance import jensenshannon
+
+
+def discovered_targets(likes_per_probe: Iterable[Iterable[str]], target: set[str]) -> set[str]:
+    """Distinct target items liked by any probe ("discovered" means liked, never merely shown)."""
+    found: set[str] = set()
+    for likes in likes_per_probe:
+        found.update(i for i in likes if i in target)
+    return found
+
+
+def coverage(likes_per_probe: Sequence[Sequence[str]], target: set[str]) -> float:
+    """Coverage = |T ∩ (∪_j H_j)| / |T| (Table 5)."""
+    if not target:
+        return float("nan")
+    return len(discovered_targets(likes_per_probe, target)) / len(target)
+
+
+def exploration_efficiency(likes_per_probe: Sequence[Sequence[str]], target: set[str]) -> float:
+    """Σ_j |C_j| / |T ∩ (∪_j H_j)| (Table 5; lower is better; inf when nothing was discovered).
+
+    C_j are the items probe j interacted with (clicked/liked) in the episode.
+    """
+    found = len(discovered_targets(likes_per_probe, target))
+    total = sum(len(likes) for likes in likes_per_probe)
+    return total / found if found else float("inf")
+
+
+def average_behaviour_length(likes_per_probe: Sequence[Sequence[str]]) -> float:
+    """Len = (1/K) Σ_j |C_j|."""
+    return float(np.mean([len(x) for x in likes_per_probe])) if likes_per_probe else float("nan")
+
+
+def average_tokens(tokens_per_probe: Sequence[int]) -> float:
+    return float(np.mean(tokens_per_probe)) if len(tokens_per_probe) else float("nan")
+
+
+def centred_profile_vector(behaviour: np.ndarray, global_mean: np.ndarray) -> np.ndarray:
+    """V_user = (1/|H|) Σ_{e∈H} (e − ē_global) (appendix D.7)."""
+    behaviour = np.atleast_2d(behaviour)
+    if behaviour.size == 0:
+        return np.zeros_like(global_mean)
+    return (behaviour - global_mean).mean(axis=0)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(a @ b / (na * nb))
+
+
+def trajectory_smoothness(vectors: Sequence[np.ndarray], lag: int = 3) -> list[float]:
+    """cos(V_t, V_{t+lag}) for consecutive checkpoints (Table 8)."""
+    return [cosine(vectors[t], vectors[t + lag]) for t in range(0, len(vectors) - lag)]
+
+
+def tag_distribution(item_tags: Iterable[Sequence[str]], tags: Sequence[str]) -> np.ndarray:
+    """Normalised counts of `tags` over items (an item with g tags adds 1/g to each)."""
+    index = {t: n for n, t in enumerate(tags)}
+    counts = np.zeros(len(tags))
+    for item in item_tags:
+        own = [index[t] for t in item if t in index]
+        for k in own:
+            counts[k] += 1.0 / len(own)
+    total = counts.sum()
+    return counts / total if total else counts
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    """Jensen-Shannon divergence (base 2, in [0, 1]); 1.0 when p has no mass."""
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    if p.sum() == 0 or q.sum() == 0:
+        return 1.0
+    return float(jensenshannon(p, q, base=2) ** 2)
+
+
+def target_distribution(tags: Sequence[str], weights: Mapping[str, float] | Sequence[str]) -> np.ndarray:
+    """A target distribution over `tags`: uniform over a list of tags, or given weights."""
+    if not isinstance(weights, Mapping):
+        weights = {t: 1.0 for t in weights}
+    v = np.array([float(weights.get(t, 0.0)) for t in tags])
+    if v.sum() <= 0:
+        raise ValueError(f"target distribution has no mass on the known tags: {dict(weights)}")
+    return v / v.sum()
+
+
+def mean_popularity(item_popularity: np.ndarray, shown_indices: Iterable[int]) -> float:
+    """(1/KN) Σ_j Σ_t pop(i_t^{(j)}) over every recommended item index (eq. 3)."""
+    idx = np.fromiter(shown_indices, dtype=np.int64)
+    return float(item_popularity[idx].mean()) if idx.size else float("nan")

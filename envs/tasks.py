@@ -1,0 +1,228 @@
+"""The three CtrlBench-Rec controllability tasks as reward + metric hooks.
+
+A task sees what the environment saw (slates shown, items liked) and turns it
+into a per-step reward and named figures; it never touches the recommender.
+`ProbeEnv` uses one task per probe episode; `PopulationEnv` uses the same
+task object for all probes and `population_metrics` for the aggregate.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ctrlsim.data import Dataset
+from ctrlsim.errors import ConfigError
+from ctrlsim.metrics import controllability as M
+
+
+@dataclass
+class ProbeRecord:
+    """What one probe did in one episode; tasks compute everything from this."""
+
+    seed_history: tuple[str, ...]
+    likes: list[str] = field(default_factory=list)          # new likes, in order (C_j)
+    likes_per_round: list[list[str]] = field(default_factory=list)
+    slates: list[list[int]] = field(default_factory=list)   # catalogue indices shown per round
+    tokens: int = 0
+
+    @property
+    def history(self) -> tuple[str, ...]:
+        return self.seed_history + tuple(self.likes)
+
+
+class Task(ABC):
+    """Base task: names the target and defines reward and metrics."""
+
+    name = "task"
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    @property
+    def config(self) -> dict:
+        return {"task": self.name}
+
+    @abstractmethod
+    def step_reward(self, record: ProbeRecord, new_likes: Sequence[str], slate: Sequence[int]) -> float:
+        """Reward for one round, after `new_likes` were appended to the record."""
+
+    def probe_metrics(self, record: ProbeRecord) -> dict[str, float]:
+        return {"likes": len(record.likes)}
+
+    def population_metrics(self, records: Sequence[ProbeRecord]) -> dict[str, float]:
+        return {"avg_len": M.average_behaviour_length([r.likes for r in records]),
+                "avg_tokens": M.average_tokens([r.tokens for r in records])}
+
+
+def _target_items(dataset: Dataset, target: str | Sequence[str]) -> tuple[list[str], list[str]]:
+    """(target tags, target item ids) for a tag name or a list of tags."""
+    tags = [target] if isinstance(target, str) else list(target)
+    if not tags:
+        raise ConfigError("the target needs at least one tag")
+    items: dict[str, None] = {}
+    for tag in tags:
+        items.update(dict.fromkeys(dataset.items_with_tag(tag)))
+    return tags, list(items)
+
+
+class TargetDiscovery(Task):
+    """Task 1. Reward: newly liked target items this round. Metrics: Coverage, Exploration
+    Efficiency, average behaviour length and tokens (Table 5)."""
+
+    name = "target-discovery"
+
+    def __init__(self, dataset: Dataset, target: str | Sequence[str] = "Film-Noir"):
+        super().__init__(dataset)
+        self.tags, items = _target_items(dataset, target)
+        self.target = set(items)
+
+    @property
+    def config(self) -> dict:
+        return {"task": self.name, "target": self.tags, "target_size": len(self.target)}
+
+    def step_reward(self, record, new_likes, slate) -> float:
+        earlier = set(record.history[: len(record.history) - len(new_likes)])
+        return float(sum(1 for i in dict.fromkeys(new_likes) if i in self.target and i not in earlier))
+
+    def probe_metrics(self, record) -> dict[str, float]:
+        found = M.discovered_targets([record.likes], self.target)
+        return {"likes": len(record.likes), "targets_discovered": len(found),
+                "coverage": M.coverage([record.likes], self.target)}
+
+    def population_metrics(self, records) -> dict[str, float]:
+        likes = [r.likes for r in records]
+        return {"coverage": M.coverage(likes, self.target),
+                "efficiency": M.exploration_efficiency(likes, self.target),
+                **super().population_metrics(records)}
+
+
+class ProfileShaping(Task):
+    """Task 2. The probe's behaviour vector is the mean of its centred item vectors
+    (appendix D.7); accuracy is its cosine to the target centroid, smoothness the cosine
+    between checkpoints t and t+3 (Table 8). The JS divergence between the tag
+    distribution of the slates seen and the target distribution is eq. 2.
+    Reward: the change in accuracy this round.
+
+    item_vectors: "tags" (multi-hot tags, no model) or an encoder spec ("minilm", ...).
+    """
+
+    name = "profile-shaping"
+
+    def __init__(self, dataset: Dataset, target: str | Sequence[str] | Mapping[str, float] = ("Action",),
+                 item_vectors: str = "tags"):
+        super().__init__(dataset)
+        weights = target if isinstance(target, Mapping) else None
+        self.tags, items = _target_items(dataset, list(target) if weights is not None else target)
+        self.target = set(items)
+        self.vector_source = item_vectors
+        self.vectors = self._item_vectors(item_vectors)
+        self.global_mean = self.vectors.mean(axis=0)
+        self.target_vector = (self.vectors[dataset.indices(items)] - self.global_mean).mean(axis=0)
+        self.all_tags = dataset.tags
+        self.target_dist = M.target_distribution(self.all_tags, weights or self.tags)
+        self._item_tags = dataset.items["tags"].tolist()
+
+    def _item_vectors(self, source: str) -> np.ndarray:
+        if source == "tags":
+            index = {t: n for n, t in enumerate(self.dataset.tags)}
+            vecs = np.zeros((len(self.dataset.items), len(index)))
+            for row, tags in enumerate(self.dataset.items["tags"]):
+                vecs[row, [index[t] for t in tags]] = 1.0
+            return vecs
+        from ctrlsim.backends import load_encoder
+
+        return load_encoder(source).encode(self.dataset.items["text"].tolist()).astype(np.float64)
+
+    @property
+    def config(self) -> dict:
+        return {"task": self.name, "target": self.tags, "item_vectors": self.vector_source}
+
+    def accuracy(self, history: Sequence[str]) -> float:
+        if not history:
+            return 0.0
+        v = M.centred_profile_vector(self.vectors[self.dataset.indices(history)], self.global_mean)
+        return M.cosine(v, self.target_vector)
+
+    def step_reward(self, record, new_likes, slate) -> float:
+        before = record.history[: len(record.history) - len(new_likes)]
+        return self.accuracy(record.history) - self.accuracy(before)
+
+    def trajectory(self, record: ProbeRecord) -> list[np.ndarray]:
+        """Behaviour vector after each round (index 0 = seed history)."""
+        hist = list(record.seed_history)
+        out = [M.centred_profile_vector(self.vectors[self.dataset.indices(hist)], self.global_mean)]
+        for likes in record.likes_per_round:
+            hist.extend(likes)
+            out.append(M.centred_profile_vector(self.vectors[self.dataset.indices(hist)], self.global_mean))
+        return out
+
+    def probe_metrics(self, record) -> dict[str, float]:
+        traj = self.trajectory(record)
+        smooth = M.trajectory_smoothness(traj, lag=3)
+        shown = [self._item_tags[i] for s in record.slates for i in s]
+        return {"accuracy": M.cosine(traj[-1], self.target_vector),
+                "accuracy_start": M.cosine(traj[0], self.target_vector),
+                "smoothness": float(np.mean(smooth)) if smooth else float("nan"),
+                "js_divergence": M.js_divergence(M.tag_distribution(shown, self.all_tags), self.target_dist),
+                "likes": len(record.likes)}
+
+    def population_metrics(self, records) -> dict[str, float]:
+        per = [self.probe_metrics(r) for r in records]
+        out = {k: float(np.nanmean([p[k] for p in per])) for k in ("accuracy", "accuracy_start", "js_divergence")}
+        smooth = [p["smoothness"] for p in per if not np.isnan(p["smoothness"])]
+        out["smoothness"] = float(np.mean(smooth)) if smooth else float("nan")
+        return {**out, **super().population_metrics(records)}
+
+
+class PopularityBias(Task):
+    """Task 3. Metric: mean popularity of recommended items (eq. 3), also relative to the
+    catalogue mean; long-tail discovery counts liked items below the popularity
+    quantile `tail_quantile`. Reward: minus the new slate's mean popularity / max popularity."""
+
+    name = "popularity-bias"
+
+    def __init__(self, dataset: Dataset, tail_quantile: float = 0.8, target: str | Sequence[str] | None = None):
+        super().__init__(dataset)
+        if not 0 < tail_quantile < 1:
+            raise ConfigError(f"tail_quantile must be in (0, 1), got {tail_quantile}")
+        self.popularity = dataset.items["popularity"].to_numpy(dtype=np.float64)
+        self.tail_quantile = tail_quantile
+        cutoff = np.quantile(self.popularity, tail_quantile)
+        self.long_tail = set(dataset.item_ids[self.popularity <= cutoff])
+        self.tags, items = _target_items(dataset, target) if target else ([], [])
+        self.target = set(items)
+
+    @property
+    def config(self) -> dict:
+        return {"task": self.name, "tail_quantile": self.tail_quantile, "target": self.tags}
+
+    def step_reward(self, record, new_likes, slate) -> float:
+        if len(slate) == 0:
+            return 0.0
+        return -float(self.popularity[np.asarray(slate)].mean() / max(self.popularity.max(), 1.0))
+
+    def probe_metrics(self, record) -> dict[str, float]:
+        shown = [i for s in record.slates for i in s]
+        return {"mean_popularity": M.mean_popularity(self.popularity, shown),
+                "long_tail_likes": sum(1 for i in record.likes if i in self.long_tail), "likes": len(record.likes)}
+
+    def population_metrics(self, records) -> dict[str, float]:
+        shown = [i for r in records for s in r.slates for i in s]
+        out = {"mean_popularity": M.mean_popularity(self.popularity, shown),
+               "catalogue_mean_popularity": float(self.popularity.mean()),
+               "long_tail_discovered": len({i for r in records for i in r.likes if i in self.long_tail})}
+        if self.target:
+            out["coverage"] = M.coverage([r.likes for r in records], self.target)
+        return {**out, **super().population_metrics(records)}
+
+
+TASKS = {cls.name: cls for cls in (TargetDiscovery, ProfileShaping, PopularityBias)}
+
+
+def make_task(name: str, dataset: Dataset, **options) -> Task:
+    if name not in TASKS:
+        raise ConfigError(f"unknown task {name!r}; known: {sorted(TASKS)}")
+    return TASKS[name](dataset, **options)
