@@ -86,6 +86,7 @@ class InteractionEngine:
         self.slate_size, self.budget = slate_size, budget
         self.token_meter = token_meter
         self._search: CatalogueSearch | None = None
+        self._texts = self.dataset.items["text"].to_numpy()
 
     @property
     def search(self) -> CatalogueSearch:
@@ -160,11 +161,11 @@ class InteractionEngine:
         return {"slate": slate, "source": probe.source, "round": min(probe.rounds, self.budget)}
 
     def info(self, probe: Probe, new_likes: Sequence[str] = ()) -> dict:
-        items = self.dataset.items
+        texts = self._texts
         info = {
             "round": probe.rounds,
-            "slate_item_ids": [str(items["item_id"].iat[i]) for i in probe.slate],
-            "slate_items": [str(items["text"].iat[i]) for i in probe.slate],
+            "slate_item_ids": [str(self.dataset.item_ids[i]) for i in probe.slate],
+            "slate_items": [str(texts[i]) for i in probe.slate],
             "slate_source": "search" if probe.source == SOURCE_SEARCH else "recommender",
             "new_likes": list(new_likes),
             "metrics": self.task.probe_metrics(probe.record),

@@ -165,15 +165,16 @@ class ProfileShaping(Task):
         shown = [self._item_tags[i] for s in record.slates for i in s]
         return {"accuracy": M.cosine(traj[-1], self.target_vector),
                 "accuracy_start": M.cosine(traj[0], self.target_vector),
-                "smoothness": float(np.mean(smooth)) if smooth else float("nan"),
+                # None, not NaN, before t+3 exists: NaN != NaN breaks equality of infos.
+                "smoothness": float(np.mean(smooth)) if smooth else None,
                 "js_divergence": M.js_divergence(M.tag_distribution(shown, self.all_tags), self.target_dist),
                 "likes": len(record.likes)}
 
     def population_metrics(self, records) -> dict[str, float]:
         per = [self.probe_metrics(r) for r in records]
         out = {k: float(np.nanmean([p[k] for p in per])) for k in ("accuracy", "accuracy_start", "js_divergence")}
-        smooth = [p["smoothness"] for p in per if not np.isnan(p["smoothness"])]
-        out["smoothness"] = float(np.mean(smooth)) if smooth else float("nan")
+        smooth = [p["smoothness"] for p in per if p["smoothness"] is not None]
+        out["smoothness"] = float(np.mean(smooth)) if smooth else None
         return {**out, **super().population_metrics(records)}
 
 

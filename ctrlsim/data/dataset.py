@@ -151,9 +151,12 @@ class Dataset:
         """Item id -> row position in `items` (the catalogue index used by envs)."""
         return {iid: n for n, iid in enumerate(self.items["item_id"])}
 
-    @property
+    @cached_property
     def item_ids(self) -> np.ndarray:
-        return self.items["item_id"].to_numpy()
+        """Item ids in catalogue order (read-only view; `items` is not meant to be mutated)."""
+        ids = self.items["item_id"].to_numpy().copy()
+        ids.flags.writeable = False
+        return ids
 
     @cached_property
     def tags(self) -> list[str]:

@@ -154,8 +154,11 @@ class Recommender(ABC):
         if self.mask_shown:
             banned.update(state.shown)
         if banned:
-            banned_idx = self.dataset.indices(sorted(banned))
-            keep &= ~np.isin(index, banned_idx)
+            banned_idx = self.dataset.indices(banned)
+            if pool is None:  # index is the whole catalogue: mask positions directly
+                keep[banned_idx] = False
+            else:
+                keep &= ~np.isin(index, banned_idx)
         cand = np.flatnonzero(keep)
         # Highest score first; ties broken by catalogue order so results are deterministic.
         order = cand[np.lexsort((index[cand], -scores[cand]))][:k]
