@@ -1,0 +1,27 @@
+"""Pure metric functions (numpy/scipy only) shared by the envs and every protocol."""
+from ctrlsim.metrics.controllability import (
+    average_behaviour_length,
+    average_tokens,
+    coverage,
+    exploration_efficiency,
+    js_divergence,
+    mean_popularity,
+    trajectory_smoothness,
+)
+from ctrlsim.metrics.ranking import (
+    auc_t,
+    coverage_at_k,
+    drift,
+    hit_rate_at_k,
+    mrr_at_k,
+    ndcg_at_k,
+    rank_set,
+    rbo,
+)
+from ctrlsim.metrics.stats import TTest, paired_t_test
+
+__all__ = [
+    "TTest", "auc_t", "average_behaviour_length", "average_tokens", "coverage", "coverage_at_k", "drift",
+    "exploration_efficiency", "hit_rate_at_k", "js_divergence", "mean_popularity", "mrr_at_k", "ndcg_at_k",
+    "paired_t_test", "rank_set", "rbo", "trajectory_smoothness",
+]
