@@ -3,14 +3,19 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-ENV_IDS = {
-    "ctrlsim/TargetDiscovery-v0": {"task": "target-discovery"},
-    "ctrlsim/ProfileShaping-v0": {"task": "profile-shaping"},
-    "ctrlsim/PopularityBias-v0": {"task": "popularity-bias"},
+_PROBE = "ctrlsim.envs.probe_env:ProbeEnv"
+
+# id -> (entry point, default kwargs)
+ENV_SPECS = {
+    "ctrlsim/TargetDiscovery-v0": (_PROBE, {"task": "target-discovery"}),
+    "ctrlsim/ProfileShaping-v0": (_PROBE, {"task": "profile-shaping"}),
+    "ctrlsim/PopularityBias-v0": (_PROBE, {"task": "popularity-bias"}),
+    "ctrlsim/SteerEval-v0": ("ctrlsim.envs.steereval_env:SteerEvalEnv", {}),
 }
+ENV_IDS = tuple(ENV_SPECS)
 
 
 def register_envs() -> None:
-    for env_id, kwargs in ENV_IDS.items():
+    for env_id, (entry_point, kwargs) in ENV_SPECS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point="ctrlsim.envs.probe_env:ProbeEnv", kwargs=kwargs)
+            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs)

@@ -83,6 +83,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `ctrlsim` parser; protocol runners (steereval, promptshift) parse their own arguments."""
     parser = argparse.ArgumentParser(prog="ctrlsim", description="Measure how controllable recommenders are.")
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="datasets, LLMs and encoders available offline")
@@ -104,10 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--dataset", default="ml-100k")
     probe.add_argument("--out", default=None, help="write the result JSON here")
     probe.set_defaults(func=cmd_probe)
+    for name in PROTOCOLS:
+        sub.add_parser(name, help=f"{name} tables (see `ctrlsim {name} --help`)", add_help=False)
     return parser
 
 
+PROTOCOLS = {"steereval": "ctrlsim.experiments.steereval_tables"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in PROTOCOLS:
+        import importlib
+
+        try:
+            return importlib.import_module(PROTOCOLS[argv[0]]).main(argv[1:])
+        except CtrlsimError as exc:
+            print(f"ctrlsim: error: {exc}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
