@@ -247,10 +247,12 @@ def select_params(evaluate: Callable[[RerankParams], Mapping[str, float]], basel
     """Choose B3's parameters on validation data.
 
     `evaluate(params)` returns B3's mean validation metrics ("abs_slice_shift"
-    = mean |s_u|, "hit_rate@k", "difficulty@k"), `baseline` B0's. Criterion (the paper states none): among grid points whose
-    HitRate@k is not below B0's, the smallest mean |SliceShift|, ties by the
-    higher Difficulty@k; with no such point, the paper's values. Returns the
-    choice and every point's metrics.
+    = mean |s_u|, "hit_rate@k", "difficulty@k"), `baseline` B0's. Criterion
+    (the paper states none): among grid points whose HitRate@k is not below
+    B0's, the smallest mean |SliceShift|, ties by the higher Difficulty@k, then
+    by `base` (the paper's values) over any other point; with no such point,
+    `base`. Returns the choice and every point's
+    metrics.
     """
     rows, best, best_key = [], None, None
     for params in param_grid(grid, base):
@@ -258,7 +260,7 @@ def select_params(evaluate: Callable[[RerankParams], Mapping[str, float]], basel
         rows.append({**params.to_dict(), **m})
         if m[f"hit_rate@{k}"] + 1e-12 < baseline[f"hit_rate@{k}"]:
             continue
-        key = (round(m["abs_slice_shift"], 12), -m[f"difficulty@{k}"])
+        key = (round(m["abs_slice_shift"], 12), -round(m[f"difficulty@{k}"], 12), params != base)
         if best_key is None or key < best_key:
             best, best_key = params, key
     return (best if best is not None else base), rows

@@ -14,7 +14,7 @@ environment and the paper tables compute every number the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -110,8 +110,8 @@ class PromptShiftData:
             for g, users in slices[s].groupby(slices[s]).groups.items():
                 memberships[str(g)] = [str(u) for u in users]
         all_users = set(dataset.users["user_id"]) | set(dataset.user_ids)
-        table = SliceTable.build(fit["user_id"].to_numpy(), fit["item_id"].to_numpy(), dict(sorted(memberships.items())),
-                                 dataset.item_ids, all_users=all_users)
+        table = SliceTable.build(fit["user_id"].to_numpy(), fit["item_id"].to_numpy(),
+                                 dict(sorted(memberships.items())), dataset.item_ids, all_users=all_users)
         in_all = set.intersection(*(set(slices[s].index) for s in scenarios))
         eligible = [u for u in dataset.user_ids
                     if len(fit_pos.get(u, ())) >= max(min_fit_positives, 1) and test_pos.get(u) and u in in_all]
@@ -316,8 +316,10 @@ class PromptShiftEnv(gym.Env):
     "qwen2.5-1.5b"), `n_candidates` N=30, `k` K=20, `scenarios`, `users`
     (restrict the pool of users), `reward`, `exclude_history` (drop generated
     items that repeat the prompt history; off, as in the paper), `llm_cache`
-    (a response-cache path). Construction loads the dataset and builds the
-    slice table but neither loads the LLM nor generates anything.
+    (a response-cache path), `data` (a prebuilt `PromptShiftData`, shared
+    between envs; it then fixes dataset, scenarios, positives and history).
+    Construction loads the dataset and builds the slice table but neither
+    loads the LLM nor generates anything.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -530,7 +532,8 @@ class PromptShiftEnv(gym.Env):
             "cue_drift": base["drift"], "cue_slice_shift": base["slice_shift"],
             "paraphrase_drift": para_drift, "paraphrase_drifts": para, "delta_d": base["drift"] - para_drift,
             "matches": {c.condition: c.counts() for c in (ep.cue, ep.reference, *ep.paraphrases)},
-            "tokens": {"episode": dict(ep.usage), "lists": self._list_cost(ep), "env_total": dict(self.generated_usage)},
+            "tokens": {"episode": dict(ep.usage), "lists": self._list_cost(ep),
+                       "env_total": dict(self.generated_usage)},
             "reranked_item_ids": [ep.cue.item_ids[s] for s in top],
             "reranked_titles": [ep.cue.titles[s] for s in top],
             "user_id": ep.user, "scenario": ep.scenario, "slice_id": ep.slice_id,

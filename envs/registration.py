@@ -11,8 +11,10 @@ ENV_SPECS = {
     "ctrlsim/ProfileShaping-v0": (_PROBE, {"task": "profile-shaping"}),
     "ctrlsim/PopularityBias-v0": (_PROBE, {"task": "popularity-bias"}),
     "ctrlsim/SteerEval-v0": ("ctrlsim.envs.steereval_env:SteerEvalEnv", {}),
+    "ctrlsim/PromptShift-v0": ("ctrlsim.envs.promptshift_env:PromptShiftEnv", {}),
 }
 ENV_IDS = tuple(ENV_SPECS)
+PROBE_ENV_IDS = tuple(i for i, (entry, _) in ENV_SPECS.items() if entry == _PROBE)  # multi-round envs
 
 
 def register_envs() -> None:

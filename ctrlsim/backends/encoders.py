@@ -97,6 +97,9 @@ class Encoder(ABC):
     def cache_identity(self) -> str:
         return repr(self.identity)
 
+    def __deepcopy__(self, memo) -> "Encoder":
+        return self  # a loaded model is shared, not copied (see LLM.__deepcopy__)
+
     @abstractmethod
     def _embed(self, texts: list[str]) -> np.ndarray:
         """Raw (unnormalised) embeddings for a batch."""

@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PROTOCOLS = {"steereval": "ctrlsim.experiments.steereval_tables"}
+PROTOCOLS = {"steereval": "ctrlsim.experiments.steereval_tables",
+             "promptshift": "ctrlsim.experiments.promptshift_tables"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,7 +45,7 @@ from ctrlsim.envs.promptshift_env import PromptShiftData, PromptShiftEnv
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.store import ResultStore
 from ctrlsim.metrics import paired_t_test
-from ctrlsim.recommenders.llm_lists import GeneratedList, HISTORY_ONLY, PARAPHRASE_CONDITIONS
+from ctrlsim.recommenders.llm_lists import GeneratedList
 from ctrlsim.seeding import derive_rng
 
 DEFAULT_RUN_LLM = "qwen2.5-0.5b"
@@ -55,7 +55,13 @@ DATASET_LABELS = {"ml-100k": "MovieLens 100K", "ml-1m": "MovieLens 1M"}
 
 @dataclass
 class PromptShiftRunConfig:
-    """Everything that determines the results (stored with them), plus `out` and `llm_cache`."""
+    """Everything that determines the results (stored with them), plus `out` and `llm_cache`.
+
+    `params` are B3's reranking parameters (the paper's by default);
+    `select_on_validation` replaces them by the best point of
+    `agents.rerankers.PARAM_GRID` on the validation split when the tables are
+    computed (the stored lists are the same either way).
+    """
 
     llms: tuple[str, ...] = (DEFAULT_RUN_LLM,)
     dataset: str = "ml-100k"
@@ -92,6 +98,12 @@ class PromptShiftRunConfig:
         d = asdict(self)
         d.pop("out")
         d.pop("llm_cache")
+        return d
+
+    def store_config(self) -> dict:
+        """What the stored records depend on (selection happens afterwards, from the stored lists)."""
+        d = self.to_dict()
+        d.pop("select_on_validation")
         return d
 
     @classmethod
@@ -135,9 +147,11 @@ def sample_users(data: PromptShiftData, n_users: int, seed: int) -> list[str]:
 
 
 # ---------------------------------------------------------------- evaluation
-def _rerankers(env: PromptShiftEnv, params: RerankParams) -> dict:
+def _rerankers(env: PromptShiftEnv, params: RerankParams, b3_params: RerankParams | None = None) -> dict:
+    """B0-B3; `b3_params` (validation-selected) replace `params` for B3 only."""
     kw = {"slice_names": env.slice_names, "slice_means": env.data.slice_means()}
-    return {v: make_reranker(v, env.slice_table, params=params, **kw) for v in VARIANTS}
+    return {v: make_reranker(v, env.slice_table, params=b3_params if v == "B3" and b3_params else params, **kw)
+            for v in VARIANTS}
 
 
 def _variant_metrics(env: PromptShiftEnv, obs: dict, rerankers: Mapping, part: str = "test") -> dict:
@@ -158,15 +172,17 @@ def _make_env(cfg: PromptShiftRunConfig, data: PromptShiftData, llm) -> PromptSh
                           llm_cache=cfg.llm_cache)
 
 
-def _preload(env: PromptShiftEnv, store: ResultStore, llm_name: str, user: str) -> None:
-    controls = dict(store.records()).get(f"{llm_name}/{user}/controls")
-    if controls:
-        for d in controls["lists"]:
-            env.preload(user, _generated(d))
-    for s in env.scenarios:
-        rec = dict(store.records()).get(f"{llm_name}/{user}/{s}")
-        if rec:
-            env.preload(user, _generated(rec["cue_list"]))
+def _preload(env: PromptShiftEnv, records: Mapping[str, dict], llm_name: str, users: Sequence[str]) -> None:
+    """Put the stored lists of `users` into the env's list cache (no LLM call needed for them)."""
+    for user in users:
+        controls = records.get(f"{llm_name}/{user}/controls")
+        if controls:
+            for d in controls["lists"]:
+                env.preload(user, _generated(d))
+        for s in env.scenarios:
+            rec = records.get(f"{llm_name}/{user}/{s}")
+            if rec:
+                env.preload(user, _generated(rec["cue_list"]))
 
 
 def _run_user(env: PromptShiftEnv, store: ResultStore, llm_name: str, user: str, params: RerankParams) -> None:
@@ -198,13 +214,12 @@ def _records_by_setting(store: ResultStore, llm_name: str, users: Sequence[str],
     return cue, controls
 
 
-def _recompute(env: PromptShiftEnv, store: ResultStore, llm_name: str, cue_records: list[dict],
-               params: RerankParams, part: str) -> list[dict]:
-    """B0-B3 metrics of every stored (user, scenario) from the stored lists (no LLM call)."""
-    rerankers = _rerankers(env, params)
+def _recompute(env: PromptShiftEnv, cue_records: list[dict], params: RerankParams, part: str,
+               b3_params: RerankParams | None = None) -> list[dict]:
+    """B0-B3 metrics of every stored (user, scenario) from the lists preloaded into `env` (no LLM call)."""
+    rerankers = _rerankers(env, params, b3_params)
     out = []
     for rec in cue_records:
-        _preload(env, store, llm_name, rec["user"])
         obs, _ = env.reset(options={"user_id": rec["user"], "scenario": rec["scenario"]})
         out.append({**rec, "metrics": _variant_metrics(env, obs, rerankers, part)})
     return out
@@ -295,7 +310,7 @@ def run(config: PromptShiftRunConfig | Mapping | None = None, *, llms: Mapping[s
     data = PromptShiftData.build(dataset, scenarios=cfg.scenarios, positive_threshold=cfg.positive_threshold,
                                  history_len=cfg.history_len, min_fit_positives=cfg.min_fit_positives)
     users = sample_users(data, cfg.n_users, cfg.seed)
-    store = ResultStore(cfg.out, {**cfg.to_dict(), "users": users}, overwrite=overwrite)
+    store = ResultStore(cfg.out, {**cfg.store_config(), "users": users}, overwrite=overwrite)
     params = RerankParams(**cfg.params)
     new_users = 0
     envs = {}
@@ -309,7 +324,7 @@ def run(config: PromptShiftRunConfig | Mapping | None = None, *, llms: Mapping[s
             if stop_after_users is not None and new_users >= stop_after_users:
                 complete = False
                 break
-            _preload(env, store, name, user)
+            _preload(env, dict(store.records()), name, [user])
             _run_user(env, store, name, user, params)
             new_users += 1
         bar.close()
@@ -321,18 +336,19 @@ def run(config: PromptShiftRunConfig | Mapping | None = None, *, llms: Mapping[s
         cue, controls = _records_by_setting(store, name, users, cfg.scenarios)
         if not cue:
             continue
+        _preload(env, dict(store.records()), name, users)
         selection, final_params = None, params
         if cfg.select_on_validation:
             def evaluate(p: RerankParams) -> dict:
-                recs = _recompute(env, store, name, cue, p, "valid")
+                recs = _recompute(env, cue, params, "valid", b3_params=p)
                 return {**{m: float(np.mean([r["metrics"]["B3"][m] for r in recs])) for m in _metric_names(cfg.k)},
                         "abs_slice_shift": float(np.mean([abs(r["metrics"]["B3"]["slice_shift"]) for r in recs]))}
-            base_recs = _recompute(env, store, name, cue, params, "valid")
+            base_recs = _recompute(env, cue, params, "valid")
             baseline = {m: float(np.mean([r["metrics"]["B0"][m] for r in base_recs])) for m in _metric_names(cfg.k)}
             final_params, grid_rows = select_params(evaluate, baseline, grid=PARAM_GRID, k=cfg.k, base=params)
             selection = {"chosen": final_params.to_dict(), "paper": PAPER_PARAMS.to_dict(), "grid": grid_rows,
                          "validation_baseline": baseline}
-        records = _recompute(env, store, name, cue, final_params, "test")
+        records = _recompute(env, cue, params, "test", b3_params=final_params)
         identity = env.llm.identity if env.llm_loaded else {"spec": name}
         settings.append(_summarise(cfg, name, identity, records, controls, selection))
     metrics = _metric_names(cfg.k)
@@ -388,7 +404,7 @@ def format_tables(result: Mapping) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="promptshift-tables", description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", action="append", help=f"LLM spec (repeatable; default {DEFAULT_RUN_LLM})")
-    parser.add_argument("--users", type=int, default=8, help="users to sample (paper: up to 600)")
+    parser.add_argument("--users", type=int, default=4, help="users to sample (paper: up to 600)")
     parser.add_argument("--out", default="results/promptshift.jsonl", help="result file (JSON lines, resumable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dataset", default="ml-100k")

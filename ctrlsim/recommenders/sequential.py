@@ -39,12 +39,14 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import random
 import re
 import sys
 import tempfile
 import time
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -252,7 +254,8 @@ def _recbole() -> SimpleNamespace:
     first_import = "recbole.model.sequential_recommender" not in sys.modules
     anomaly_before = torch.is_anomaly_enabled()
     try:
-        with _numpy_aliases():
+        # Some of RecBole's imports reseed the global RNGs; importing must not change them.
+        with _numpy_aliases(), _preserved_rngs():
             import recbole
             import recbole.model.sequential_recommender as seq_models
             from recbole.config import Config
@@ -293,7 +296,8 @@ def resolve_model(name: str) -> type:
     if not found:
         kind = None
         try:
-            other = rb.get_model(name)
+            with _numpy_aliases(), _preserved_rngs():  # may import other RecBole model packages
+                other = rb.get_model(name)
             kind = getattr(getattr(other, "type", None), "name", "non-sequential")
         except (ValueError, AttributeError, ImportError):
             pass
@@ -332,6 +336,19 @@ def _numpy_aliases() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _preserved_rngs() -> Iterator[None]:
+    """Restore Python's, numpy's and torch's (CPU) global RNG states on exit."""
+    torch = _import_torch()
+    py_rng, np_rng = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(py_rng)
+        np.random.set_state(np_rng)
+
+
+@contextlib.contextmanager
 def torch_threads(n: int) -> Iterator[None]:
     """Run with `n` intra-op torch threads, then restore the previous count."""
     torch = _import_torch()
@@ -350,13 +367,11 @@ def _recbole_sandbox(workdir: Path, threads: int) -> Iterator[None]:
     cwd = os.getcwd()
     argv = sys.argv
     cuda_env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    py_rng = random.getstate()
-    np_rng = np.random.get_state()
     cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
     root = logging.getLogger()
     root_state = (root.level, list(root.handlers))
     with contextlib.ExitStack() as stack:
-        stack.enter_context(torch.random.fork_rng(devices=[]))
+        stack.enter_context(_preserved_rngs())
         stack.enter_context(torch.autograd.set_detect_anomaly(False))
         stack.enter_context(torch_threads(threads))
         stack.enter_context(_numpy_aliases())
@@ -374,8 +389,6 @@ def _recbole_sandbox(workdir: Path, threads: int) -> Iterator[None]:
                 os.environ.pop("CUDA_VISIBLE_DEVICES", None)
             else:
                 os.environ["CUDA_VISIBLE_DEVICES"] = cuda_env
-            random.setstate(py_rng)
-            np.random.set_state(np_rng)
             torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
             root.setLevel(root_state[0])
             root.handlers[:] = root_state[1]
@@ -507,7 +520,8 @@ def load_cached(folder: Path, model_cls: type):
         model.load_state_dict(state)
     except ModelError as exc:
         raise ModelError(f"cannot load the cached {model_cls.__name__} from {folder}: {exc}") from exc
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError, EOFError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError, EOFError,
+            pickle.UnpicklingError, zipfile.BadZipFile) as exc:
         raise ModelError(f"cannot load the cached {model_cls.__name__} from {folder}: "
                          f"{type(exc).__name__}: {exc}. Delete that folder to retrain.") from exc
     model.eval()
