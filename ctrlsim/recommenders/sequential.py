@@ -55,6 +55,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ctrlsim.backends._torch import torch_threads
 from ctrlsim.backends.bundled import cache_dir, package_dir
 from ctrlsim.data import Dataset
 from ctrlsim.errors import (
@@ -346,18 +347,6 @@ def _preserved_rngs() -> Iterator[None]:
     finally:
         random.setstate(py_rng)
         np.random.set_state(np_rng)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run with `n` intra-op torch threads, then restore the previous count."""
-    torch = _import_torch()
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager
