@@ -32,6 +32,7 @@ from ctrlsim.errors import ConfigError, DataError
 from ctrlsim.metrics import auc_t, coverage_at_k, ndcg_at_k, rank_set
 from ctrlsim.recommenders import UserState
 from ctrlsim.recommenders.nl_profile import NLProfileRecommender
+from ctrlsim.recommenders.prompts import fallback_description
 
 DIRECTIONS = ("increase", "decrease")
 PROFILE_CHARSET = string.printable  # observations/actions are ASCII-normalised text
@@ -126,10 +127,12 @@ def edit_problems(original: str, steered: str, tag: str) -> list[str]:
 
 
 def oracle_descriptions(ds: Dataset, tag: str) -> pd.Series:
+    """Each item's usual description plus a sentence stating whether `tag` applies."""
     relevant = set(ds.items_with_tag(tag))
-    base = ds.items["description"].fillna("") if "description" in ds.items else pd.Series("", index=ds.items.index)
-    notes = [f"{d} This movie is {'' if i in relevant else 'not '}about: {tag}.".strip()
-             for i, d in zip(ds.items["item_id"], base)]
+    notes = []
+    for _, item in ds.items.iterrows():
+        base = str(item.get("description", "") or "") or fallback_description(item)
+        notes.append(f"{base}. This movie is {'' if item['item_id'] in relevant else 'not '}about: {tag}.")
     return pd.Series(notes, index=ds.items["item_id"].to_numpy())
 
 

@@ -31,19 +31,19 @@ SCORE_TASK = (
 SCORE_PREFIX = "SCORE: "
 
 
-def item_block(item: pd.Series, rating: float | None = None) -> str:
-    """SteerEval's item block: title, description, rating.
+def fallback_description(item: pd.Series) -> str:
+    """How an item without a description (ml-100k) is described: its year and tags."""
+    parts = []
+    if not pd.isna(item["year"]):
+        parts.append(f"Released {int(item['year'])}")
+    if item["tags"]:
+        parts.append(", ".join(item["tags"]))
+    return ". ".join(parts)
 
-    Datasets without descriptions (ml-100k) describe the item by year and tags.
-    """
-    description = str(item.get("description", "") or "")
-    if not description:
-        parts = []
-        if not pd.isna(item["year"]):
-            parts.append(f"Released {int(item['year'])}")
-        if item["tags"]:
-            parts.append(", ".join(item["tags"]))
-        description = ". ".join(parts)
+
+def item_block(item: pd.Series, rating: float | None = None) -> str:
+    """SteerEval's item block: title, description, rating."""
+    description = str(item.get("description", "") or "") or fallback_description(item)
     block = f"Movie Title: {item['title']}\nMovie Description: {description}"
     if rating is not None:
         block += f"\nUser Rating: {float(rating):.1f}"

@@ -80,6 +80,8 @@ def test_oracle_text_states_tag_relevance(ml100k):
     comedy = [i for i in ml100k.items_with_tag("Comedy") if i not in set(ml100k.items_with_tag("Horror"))][0]
     assert notes[horror].endswith("This movie is about: Horror.")
     assert notes[comedy].endswith("This movie is not about: Horror.")
+    # the usual description (year, genres on ml-100k) stays: only the tag sentence is added
+    assert "Comedy" in notes[comedy] and notes[comedy].startswith("Released ")
 
 
 @pytest.fixture(scope="module")
