@@ -1,4 +1,4 @@
-"""Resolve the `recommender`, `dataset` and `task` constructor arguments shared by the envs."""
+"""Resolve the constructor arguments shared by `ProbeEnv` and `PopulationEnv` into one engine."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -7,6 +7,9 @@ from ctrlsim.data import Dataset, load_dataset
 from ctrlsim.errors import ConfigError
 from ctrlsim.recommenders import Recommender, make_recommender
 
+from ctrlsim.backends import TokenMeter
+
+from .engine import InteractionEngine
 from .tasks import Task, make_task
 
 DEFAULT_RECOMMENDER = "embedding"  # MiniLM item/profile embeddings: runs offline, no LLM
@@ -30,3 +33,11 @@ def build_parts(recommender: Recommender | str, dataset: Dataset | str, task: Ta
     if target is not None:
         options["target"] = target
     return rec, make_task(task, rec.dataset, **options)
+
+
+def build_engine(recommender: Recommender | str, dataset: Dataset | str, task: Task | str,
+                 target: str | Sequence[str] | Mapping[str, float] | None, recommender_options: Mapping | None,
+                 task_options: Mapping | None, mask_shown: bool, *, slate_size: int, budget: int,
+                 token_meter: TokenMeter | None) -> InteractionEngine:
+    rec, task_obj = build_parts(recommender, dataset, task, target, recommender_options, task_options, mask_shown)
+    return InteractionEngine(rec, task_obj, slate_size=slate_size, budget=budget, token_meter=token_meter)

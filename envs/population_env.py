@@ -13,8 +13,8 @@ from ctrlsim.errors import CtrlsimError
 from ctrlsim.recommenders import Recommender
 from ctrlsim.seeding import rng_child
 
-from ._build import DEFAULT_RECOMMENDER, build_parts
-from .engine import InteractionEngine, ProbeSpec, action_space, observation_space
+from ._build import DEFAULT_RECOMMENDER, build_engine
+from .engine import ProbeSpec, action_space, observation_space
 from .roster import default_roster
 from .tasks import Task
 
@@ -42,11 +42,9 @@ class PopulationEnv(ParallelEnv):
                  budget: int = 20, l_init: tuple[int, int] = (4, 6), mask_shown: bool = True,
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
                  token_meter: TokenMeter | None = None, render_mode: str | None = None):
-        self.recommender, self.task = build_parts(recommender, dataset, task, target, recommender_options,
-                                                  task_options, mask_shown)
-        self.dataset = self.recommender.dataset
-        self.engine = InteractionEngine(self.recommender, self.task, slate_size=slate_size, budget=budget,
-                                        token_meter=token_meter)
+        self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
+                                   mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter)
+        self.recommender, self.task, self.dataset = self.engine.recommender, self.engine.task, self.engine.dataset
         self.n_agents, self.l_init, self.render_mode = n_agents, l_init, render_mode
         self.possible_agents = [f"probe_{i}" for i in range(n_agents)]
         self.agents: list[str] = []

@@ -9,8 +9,8 @@ from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset
 from ctrlsim.recommenders import Recommender
 
-from ._build import DEFAULT_RECOMMENDER, build_parts
-from .engine import InteractionEngine, ProbeSpec, action_space, observation_space
+from ._build import DEFAULT_RECOMMENDER, build_engine
+from .engine import action_space, observation_space
 from .roster import probe_from_user, user_order
 from .tasks import Task
 
@@ -45,11 +45,9 @@ class ProbeEnv(gym.Env):
                  slate_size: int = 3, budget: int = 20, l_init: tuple[int, int] = (4, 6), mask_shown: bool = True,
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
                  token_meter: TokenMeter | None = None, probe_key: str = "probe_0", render_mode: str | None = None):
-        self.recommender, self.task = build_parts(recommender, dataset, task, target, recommender_options,
-                                                  task_options, mask_shown)
-        self.dataset = self.recommender.dataset
-        self.engine = InteractionEngine(self.recommender, self.task, slate_size=slate_size, budget=budget,
-                                        token_meter=token_meter)
+        self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
+                                   mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter)
+        self.recommender, self.task, self.dataset = self.engine.recommender, self.engine.task, self.engine.dataset
         self.l_init, self.probe_key, self.render_mode = l_init, probe_key, render_mode
         self.observation_space = observation_space(len(self.dataset.items), slate_size, budget)
         self.action_space = action_space(slate_size)

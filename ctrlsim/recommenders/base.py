@@ -6,7 +6,7 @@ per state, for a whole batch at once. Probes never reach its internals.
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence

@@ -71,21 +71,19 @@ class NLProfileRecommender(Recommender):
         return self._encoder
 
     # --------------------------------------------------------------- profiles
+    def _profile_key(self, state: UserState) -> tuple:
+        """(history, ratings) cut to `max_history`: what a generated profile depends on."""
+        if not state.history:
+            raise EmptyHistoryError(f"nl-profile needs a profile or a non-empty history (user {state.user_id!r})")
+        ratings = tuple(state.attributes.get("ratings", (None,) * len(state.history)))
+        if len(ratings) != len(state.history):
+            raise ConfigError(f"attributes['ratings'] has {len(ratings)} values for {len(state.history)} items")
+        return state.history[: self.max_history], ratings[: self.max_history]
+
     def profiles(self, states: Sequence[UserState]) -> list[str]:
         """Each state's profile: its own text, else one generated from its history (batched, memoised)."""
-        needed: dict[tuple, None] = {}
-        for state in states:
-            if state.profile:
-                continue
-            if not state.history:
-                raise EmptyHistoryError("nl-profile needs a profile or a non-empty history "
-                                        f"(user {state.user_id!r})")
-            ratings = tuple(state.attributes.get("ratings", (None,) * len(state.history)))
-            if len(ratings) != len(state.history):
-                raise ConfigError(f"attributes['ratings'] has {len(ratings)} values for {len(state.history)} items")
-            key = (state.history[: self.max_history], ratings[: self.max_history])
-            if key not in self._profiles:
-                needed[key] = None
+        keys = [None if state.profile else self._profile_key(state) for state in states]
+        needed = [k for k in dict.fromkeys(keys) if k is not None and k not in self._profiles]
         if needed:
             items = self.dataset.items
             convs = [profile_messages([items.iloc[i] for i in self.dataset.indices(h)], r, self.profile_style)
@@ -93,14 +91,7 @@ class NLProfileRecommender(Recommender):
             replies = self.llm.chat(convs, max_tokens=self.profile_max_tokens, temperature=0.0)
             for key, reply in zip(needed, replies):
                 self._profiles[key] = reply.text.strip()
-        out = []
-        for state in states:
-            if state.profile:
-                out.append(state.profile)
-            else:
-                ratings = tuple(state.attributes.get("ratings", (None,) * len(state.history)))
-                out.append(self._profiles[(state.history[: self.max_history], ratings[: self.max_history])])
-        return out
+        return [state.profile if key is None else self._profiles[key] for state, key in zip(states, keys)]
 
     # ---------------------------------------------------------------- scoring
     def score_all(self, states: Sequence[UserState]) -> np.ndarray:

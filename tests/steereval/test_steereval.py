@@ -1,6 +1,5 @@
 import json
 
-import numpy as np
 import pytest
 
 from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend, template_sentence
