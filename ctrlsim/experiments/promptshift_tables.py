@@ -402,7 +402,7 @@ def format_tables(result: Mapping) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="promptshift-tables", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ctrlsim promptshift", description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", action="append", help=f"LLM spec (repeatable; default {DEFAULT_RUN_LLM})")
     parser.add_argument("--users", type=int, default=4, help="users to sample (paper: up to 600)")
     parser.add_argument("--out", default="results/promptshift.jsonl", help="result file (JSON lines, resumable)")
