@@ -5,7 +5,6 @@ file and the problem) and returns a `Dataset`. Nothing is downloaded.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -19,9 +18,8 @@ from ctrlsim.data._io import (
     to_numeric,
 )
 from ctrlsim.data.dataset import Dataset
+from ctrlsim.data.matching import split_year as split_title_year  # one title/year parser for loaders and matching
 from ctrlsim.errors import DataFileError, UnknownItemError
-
-_TITLE_YEAR = re.compile(r"^(?P<title>.*?)\s*\((?P<year>\d{4})\)\s*$")
 
 # MovieLens-1M README: occupation codes.
 ML1M_OCCUPATIONS = {
@@ -31,14 +29,6 @@ ML1M_OCCUPATIONS = {
     14: "sales/marketing", 15: "scientist", 16: "self-employed", 17: "technician/engineer",
     18: "tradesman/craftsman", 19: "unemployed", 20: "writer",
 }
-
-
-def split_title_year(title: str) -> tuple[str, int | None]:
-    """'Heat (1995)' -> ('Heat', 1995); titles without a year keep year None."""
-    match = _TITLE_YEAR.match(title.strip())
-    if not match:
-        return title.strip(), None
-    return match.group("title"), int(match.group("year"))
 
 
 def _movie_items(df: pd.DataFrame, path: Path) -> pd.DataFrame:
