@@ -11,8 +11,6 @@ Spec: a bundled/alias name (minilm, bge, twhin-bert, mxbai), `st:<id|path>`,
 from __future__ import annotations
 
 import hashlib
-import sqlite3
-import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ import numpy as np
 
 from ctrlsim.backends._torch import default_device, import_torch, torch_threads
 from ctrlsim.backends.bundled import BUNDLED_ENCODERS, bundled_encoder_path, cache_dir
+from ctrlsim.backends.cache import SqliteStore
 from ctrlsim.backends.hub import resolve_model
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelNotFoundError
 
@@ -44,29 +43,17 @@ ALIASES: dict[str, EncoderSpec] = {
 }
 
 
-class EmbeddingCache:
-    """SQLite store of float32 vectors keyed by sha256(identity, text)."""
+class EmbeddingCache(SqliteStore):
+    """float32 vectors keyed by sha256(identity, text)."""
 
-    def __init__(self, path: Path):
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, check_same_thread=False)
-        self._conn.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+    table = "vectors"
+    value_column = "vec BLOB NOT NULL"
 
-    def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
-        out = {}
-        with self._lock:
-            for start in range(0, len(keys), 500):
-                chunk = keys[start:start + 500]
-                q = f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(chunk))})"
-                for key, blob in self._conn.execute(q, chunk):
-                    out[key] = np.frombuffer(blob, dtype=np.float32)
-        return out
+    def encode(self, value: np.ndarray) -> bytes:
+        return np.asarray(value, dtype=np.float32).tobytes()
 
-    def put_many(self, items: dict[str, np.ndarray]) -> None:
-        with self._lock:
-            self._conn.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)",
-                                   [(k, v.astype(np.float32).tobytes()) for k, v in items.items()])
-            self._conn.commit()
+    def decode(self, stored: bytes) -> np.ndarray:
+        return np.frombuffer(stored, dtype=np.float32)
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
