@@ -6,11 +6,12 @@ import contextlib
 from ctrlsim.errors import MissingDependencyError
 
 
-def import_torch():
+def import_torch(extra: str = "encoders", purpose: str = "torch-based models"):
+    """torch, or a MissingDependencyError naming the extra that installs it for `purpose`."""
     try:
         import torch
     except ImportError as exc:
-        raise MissingDependencyError("torch", "encoders", "torch-based models") from exc
+        raise MissingDependencyError("torch", extra, purpose) from exc
     return torch
 
 

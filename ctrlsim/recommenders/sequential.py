@@ -55,7 +55,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ctrlsim.backends._torch import torch_threads
+from ctrlsim.backends._torch import import_torch, torch_threads
 from ctrlsim.backends.bundled import cache_dir, package_dir
 from ctrlsim.data import Dataset
 from ctrlsim.errors import (
@@ -242,11 +242,7 @@ def _model_defaults(model: str) -> dict:
 
 # ====================================================================== imports
 def _import_torch():
-    try:
-        import torch
-    except ImportError as exc:
-        raise MissingDependencyError("torch", "recbole", "RecBole sequential recommenders") from exc
-    return torch
+    return import_torch("recbole", "RecBole sequential recommenders")
 
 
 def _recbole() -> SimpleNamespace:
