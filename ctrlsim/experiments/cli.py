@@ -110,8 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Runners that parse their own arguments: `ctrlsim <name> ...` calls `<module>.main(argv)`.
 PROTOCOLS = {"steereval": "ctrlsim.experiments.steereval_tables",
-             "promptshift": "ctrlsim.experiments.promptshift_tables"}
+             "promptshift": "ctrlsim.experiments.promptshift_tables",
+             "ctrlbench": "ctrlsim.experiments.ctrlbench",
+             "evolve": "ctrlsim.experiments.evolve"}
 
 
 def main(argv: list[str] | None = None) -> int:
