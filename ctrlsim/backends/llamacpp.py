@@ -33,6 +33,7 @@ def _import_llama_cpp():
 
 class LlamaCppLLM(LLM):
     runtime = "llama.cpp"
+    supports_json_schema = True  # llama.cpp compiles a JSON Schema into a GBNF grammar
 
     def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
                  n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, **kwargs):
@@ -59,6 +60,7 @@ class LlamaCppLLM(LLM):
         self._formatter = formatter_cls(template=template, eos_token=eos, bos_token=bos)
         self._digit_ids = digit_token_ids(lambda t: self._llm.tokenize(t.encode(), add_bos=False, special=False))
         self.evaluated_tokens = 0  # tokens actually run through the model by `rate` (shows prefix reuse)
+        self._grammars: dict[str, object] = {}  # schema JSON text -> LlamaGrammar (compiled once)
 
     @property
     def identity(self) -> dict:
@@ -82,8 +84,21 @@ class LlamaCppLLM(LLM):
                               "raise n_ctx or shorten the prompt")
         return tokens
 
+    def grammar_for(self, schema_text: str):
+        """The GBNF grammar for a JSON Schema (canonical JSON text), compiled once per schema."""
+        if schema_text not in self._grammars:
+            from llama_cpp import LlamaGrammar
+
+            try:
+                self._grammars[schema_text] = LlamaGrammar.from_json_schema(schema_text, verbose=False)
+            except (ValueError, KeyError, TypeError, NotImplementedError) as exc:
+                raise ConfigError(f"llama.cpp cannot turn this JSON schema into a grammar ({exc}): "
+                                  f"{schema_text[:200]}") from exc
+        return self._grammars[schema_text]
+
     # -------------------------------------------------------------- runtime
     def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
+        grammar = self.grammar_for(params.json_schema) if params.json_schema is not None else None
         out = []
         for conv in conversations:
             tokens = self.tokenize(self.render(conv))
@@ -93,7 +108,8 @@ class LlamaCppLLM(LLM):
             try:
                 res = self._llm.create_completion(
                     tokens, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
-                    seed=params.seed if params.seed is not None else 0, stop=list(params.stop) or None)
+                    seed=params.seed if params.seed is not None else 0, stop=list(params.stop) or None,
+                    grammar=grammar)
             except (ValueError, RuntimeError) as exc:
                 raise ModelError(f"llama.cpp generation failed: {exc}") from exc
             choice, usage = res["choices"][0], res["usage"]

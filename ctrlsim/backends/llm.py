@@ -9,6 +9,7 @@ response cache; runtimes implement only `_generate` and `_digit_logprobs`.
 """
 from __future__ import annotations
 
+import json
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -57,9 +58,33 @@ class GenerationParams:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
+    json_schema: str | None = None  # canonical JSON text of the schema the reply must match
 
     def reproducible(self) -> bool:
         return self.temperature == 0.0 or self.seed is not None
+
+    def cache_params(self) -> dict:
+        """The parameters that identify a reply; an absent schema is left out so older cache keys hold."""
+        params = dict(self.__dict__)
+        if params["json_schema"] is None:
+            del params["json_schema"]
+        return params
+
+    @property
+    def schema(self) -> dict | None:
+        return None if self.json_schema is None else json.loads(self.json_schema)
+
+
+def canonical_schema(json_schema: dict | None) -> str | None:
+    """The schema as sorted-key JSON text (hashable, stable across dict orderings), or None."""
+    if json_schema is None:
+        return None
+    if not isinstance(json_schema, dict):
+        raise ConfigError(f"json_schema must be a dict (a JSON Schema), got {type(json_schema).__name__}")
+    try:
+        return json.dumps(json_schema, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"json_schema is not JSON-serialisable: {exc}") from exc
 
 
 def validate_conversations(conversations: Sequence[Conversation]) -> list[Conversation]:
@@ -129,6 +154,8 @@ class LLM(ABC):
     """Base class: batching, caching and metering around a runtime's two primitives."""
 
     runtime: str = "abstract"
+    #: Whether `chat(..., json_schema=...)` constrains decoding on this runtime.
+    supports_json_schema: bool = False
 
     def __init__(self, model_id: str, *, meter: TokenMeter | None = None, cache: ResponseCache | None = None):
         self.model_id = model_id
@@ -157,17 +184,27 @@ class LLM(ABC):
     # ------------------------------------------------------------ public API
     def chat(self, conversations: Sequence[Conversation], *, max_tokens: int = 256, temperature: float = 0.0,
              top_p: float = 1.0, seed: int | None = None, stop: Sequence[str] = (),
-             keys: Sequence[str | None] | None = None) -> list[Completion]:
-        """Generate a reply for each conversation. `keys` charge each call's tokens to a meter key."""
+             keys: Sequence[str | None] | None = None, json_schema: dict | None = None) -> list[Completion]:
+        """Generate a reply for each conversation. `keys` charge each call's tokens to a meter key.
+
+        `json_schema` (a JSON Schema dict) constrains decoding so every reply is JSON matching it;
+        runtimes without constrained decoding (`supports_json_schema` False) raise `ConfigError`.
+        A reply cut off by `max_tokens` can still be incomplete JSON (its finish_reason is "length").
+        """
         conversations = validate_conversations(conversations)
         if max_tokens < 1:
             raise ConfigError(f"max_tokens must be >= 1, got {max_tokens}")
         if temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {temperature}")
-        params = GenerationParams(max_tokens, float(temperature), float(top_p), seed, tuple(stop))
+        schema_text = canonical_schema(json_schema)
+        if schema_text is not None and not self.supports_json_schema:
+            raise ConfigError(f"the {self.runtime} runtime ({self.model_id}) cannot constrain replies to a JSON "
+                              "schema; check `supports_json_schema` before passing json_schema")
+        params = GenerationParams(max_tokens, float(temperature), float(top_p), seed, tuple(stop), schema_text)
         keys = self._keys(keys, len(conversations))
         results: list[Completion | None] = [None] * len(conversations)
-        cache_keys = self._cache_keys("chat", conversations, params.__dict__) if params.reproducible() else None
+        cache_keys = self._cache_keys("chat", conversations, params.cache_params()) \
+            if params.reproducible() else None
         if cache_keys is not None:
             for i, value in self._cached(cache_keys).items():
                 results[i] = Completion(**value, cached=True)

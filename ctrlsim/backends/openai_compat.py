@@ -23,6 +23,7 @@ DIGIT_INSTRUCTION = "Answer with a single digit from 0 to 5 and nothing else."
 
 class OpenAICompatLLM(LLM):
     runtime = "openai-compatible"
+    supports_json_schema = True  # sent as OpenAI's response_format json_schema; the server enforces it
 
     def __init__(self, base_url: str, *, model: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 120.0, top_logprobs: int = 20, **kwargs):
@@ -67,6 +68,9 @@ class OpenAICompatLLM(LLM):
                 body["seed"] = params.seed
             if params.stop:
                 body["stop"] = list(params.stop)
+            if params.json_schema is not None:
+                body["response_format"] = {"type": "json_schema",
+                                           "json_schema": {"name": "reply", "schema": params.schema, "strict": True}}
             res = self._request("POST", "/chat/completions", body)
             choice, usage = res["choices"][0], res.get("usage") or {}
             out.append(Completion(choice["message"].get("content") or "", int(usage.get("prompt_tokens", 0)),

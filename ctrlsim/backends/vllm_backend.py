@@ -35,8 +35,21 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+def structured_output_options(schema: dict) -> dict:
+    """SamplingParams keywords that constrain a reply to a JSON schema, across vLLM versions."""
+    try:  # vLLM >= 0.11 renamed guided decoding to structured outputs
+        from vllm.sampling_params import StructuredOutputsParams
+
+        return {"structured_outputs": StructuredOutputsParams(json=schema)}
+    except ImportError:
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(json=schema)}
+
+
 class VLLMLLM(LLM):
     runtime = "vllm"
+    supports_json_schema = True
 
     def __init__(self, model: str, *, model_id: str | None = None, top_logprobs: int = 20,
                  gpu_memory_utilization: float = 0.85, max_model_len: int = 8192, seed: int = 0, **kwargs):
@@ -62,8 +75,9 @@ class VLLMLLM(LLM):
     def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
         from vllm import SamplingParams
 
+        constrained = structured_output_options(params.schema) if params.json_schema is not None else {}
         sp = SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
-                            seed=params.seed, stop=list(params.stop) or None)
+                            seed=params.seed, stop=list(params.stop) or None, **constrained)
         results = self.engine.generate([self.render(c) for c in conversations], sp, use_tqdm=False)
         return [Completion(r.outputs[0].text, len(r.prompt_token_ids), len(r.outputs[0].token_ids),
                            r.outputs[0].finish_reason or "stop") for r in results]
