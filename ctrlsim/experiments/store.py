@@ -1,58 +1,90 @@
-"""Incremental, resumable result files (JSON lines).
+"""Incremental, resumable result files (JSON lines), one locked writer, append-only.
 
-The first line holds the run's config; every later line is one finished unit of
-work (a scenario, a user) under a unique key. A run that is interrupted and
-started again with the same config skips the keys already written, so nothing
-computed is lost and nothing is paid for twice. A different config on the same
-file is an error (rather than silently mixing results).
+The first line holds the run's config; every later line is one finished unit of work
+(a scenario, a user, an episode) under a unique key. A run that is interrupted and
+started again with the same config skips the keys already written, so nothing computed
+is lost and nothing is paid for twice. A different config on the same file is an error
+(rather than silently mixing results).
+
+Safety rules, because a lost finished result costs hours of LLM time:
+- one writer: the store holds an exclusive `flock` on `<file>.lock` for its lifetime (the
+  OS drops it when the process dies, even on SIGKILL); a second writer gets
+  `StoreLockedError` naming the holder's pid, host and start time;
+- append-only: existing lines are never rewritten or truncated. A line torn by a kill is
+  left where it is; the next writer first ends it and appends a repair marker, and readers
+  skip a torn line that is last in the file or followed by that marker;
+- duplicates are resolved on read by key: the first complete record wins.
 """
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 from ctrlsim.errors import ConfigError, DataFileError
 
+REPAIR_MARKER = {"repair": "the line above was cut short by an interruption and is ignored"}
+
+
+class StoreLockedError(ConfigError):
+    """Another process is writing this result file."""
+
 
 class ResultStore:
     def __init__(self, path: str | Path, config: dict, *, overwrite: bool = False):
         self.path = Path(path)
-        self.config = json.loads(json.dumps(config, default=str))  # normalise (tuples -> lists)
+        self.config = json.loads(json.dumps(config, default=_jsonable))  # normalise (tuples -> lists)
+        if self.path.is_dir():
+            raise DataFileError(self.path, "is a folder, expected a JSON-lines result file")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fh = _acquire_lock(self.path.with_name(self.path.name + ".lock"))
         self._records: dict[str, dict] = {}
-        if self.path.exists() and not overwrite:
+        self._needs_repair = False
+        if overwrite and self.path.exists() and self.path.stat().st_size:
+            # Explicitly discarded results are moved aside, never deleted.
+            self.path.rename(self.path.with_name(f"{self.path.name}.{time.strftime('%Y%m%d-%H%M%S')}.bak"))
+        if self.path.exists() and self.path.stat().st_size:
             self._load()
         else:
             with open(self.path, "w") as fh:
                 fh.write(json.dumps({"config": self.config}) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    # ------------------------------------------------------------------ reading
 
     def _load(self) -> None:
-        with open(self.path) as fh:
-            lines = fh.read().splitlines()
-        if not lines:
-            raise DataFileError(self.path, "result file is empty (no config line)")
         try:
-            header = json.loads(lines[0])
-        except json.JSONDecodeError as exc:
-            raise DataFileError(self.path, "first line is not JSON") from exc
-        if header.get("config") != self.config:
-            raise ConfigError(f"{self.path} holds results of another config; use another path or overwrite=True.\n"
-                              f"stored: {header.get('config')}\nnow:    {self.config}")
+            text = self.path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataFileError(self.path, f"is not a UTF-8 text file (byte {exc.start})") from None
+        lines = text.split("\n")
+        torn_tail = not text.endswith("\n")
+        if not torn_tail:
+            lines = lines[:-1]
+        header = _parse_line(lines[0])
+        if not isinstance(header, dict) or "config" not in header:
+            raise DataFileError(self.path, "line 1 is not a result-file header ({\"config\": ...})")
+        if header["config"] != self.config:
+            raise ConfigError(f"{self.path} holds results of another config; use another output or "
+                              f"--overwrite.\nstored: {header['config']}\nnow:    {self.config}")
         for n, line in enumerate(lines[1:], 2):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                if n == len(lines):  # a line cut short by an interruption: drop it, recompute that unit
-                    break
-                raise DataFileError(self.path, f"line {n} is not JSON")
-            self._records[row["key"]] = row["record"]
-        self._rewrite_if_truncated(len(self._records) + 1, lines)
-
-    def _rewrite_if_truncated(self, good_lines: int, lines: list[str]) -> None:
-        if good_lines < len(lines):
-            with open(self.path, "w") as fh:
-                fh.write("\n".join(lines[:good_lines]) + "\n")
+            row = _parse_line(line)
+            if row is None:
+                last = n == len(lines)
+                followed_by_marker = not last and _parse_line(lines[n]) == REPAIR_MARKER
+                if last or followed_by_marker:
+                    continue
+                raise DataFileError(self.path, f"line {n} is not JSON: {line[:80]!r}")
+            if row == REPAIR_MARKER:
+                continue
+            if not isinstance(row, dict) or "key" not in row or "record" not in row:
+                raise DataFileError(self.path, f"line {n} is not a record ({{\"key\": ..., \"record\": ...}})")
+            self._records.setdefault(str(row["key"]), row["record"])
+        self._needs_repair = torn_tail
 
     def __contains__(self, key: str) -> bool:
         return key in self._records
@@ -60,18 +92,89 @@ class ResultStore:
     def __len__(self) -> int:
         return len(self._records)
 
+    def get(self, key: str, default=None):
+        return self._records.get(key, default)
+
+    def records(self) -> Iterator[tuple[str, dict]]:
+        return iter(list(self._records.items()))
+
+    # ------------------------------------------------------------------ writing
+
     def add(self, key: str, record: dict[str, Any]) -> None:
-        """Append one finished unit (flushed at once)."""
+        """Append one finished unit (flushed and synced at once)."""
+        if self._lock_fh is None:
+            raise ConfigError(f"result store {self.path} is closed")
         if key in self._records:
             raise ConfigError(f"result key {key!r} already recorded in {self.path}")
         record = json.loads(json.dumps(record, default=_jsonable))
         with open(self.path, "a") as fh:
+            if self._needs_repair:
+                fh.write("\n" + json.dumps(REPAIR_MARKER) + "\n")
+                self._needs_repair = False
             fh.write(json.dumps({"key": key, "record": record}) + "\n")
             fh.flush()
+            os.fsync(fh.fileno())
         self._records[key] = record
 
-    def records(self) -> Iterator[tuple[str, dict]]:
-        return iter(self._records.items())
+    def close(self) -> None:
+        """Release the writer lock (also released when the process ends)."""
+        if self._lock_fh is not None:
+            import fcntl
+
+            fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
+            self._lock_fh.close()
+            self._lock_fh = None
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown; the OS releases the lock anyway
+            pass
+
+
+def _parse_line(line: str):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None
+
+
+def _acquire_lock(lock_path: Path):
+    import fcntl
+
+    fh = open(lock_path, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise StoreLockedError(f"{lock_path.with_suffix('')} is being written by {holder}; "
+                               f"wait for it to finish or choose another output") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    fh.flush()
+    return fh
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
 
 
 def _jsonable(value):

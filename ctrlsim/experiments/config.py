@@ -1,0 +1,226 @@
+"""One config system for every runner: typed dataclasses, CLI flags generated from them.
+
+A runner's config is a dataclass whose fields carry their own help text and choices::
+
+    @dataclass(frozen=True)
+    class MyConfig:
+        users: int = field(default=8, metadata={"help": "users per slice"})
+        rating: str = field(default="digits", metadata={"choices": ["digits", "generate"]})
+
+        def __post_init__(self):
+            check_range("users", self.users, low=1)
+
+`add_config_arguments(parser, MyConfig)` turns every field into a `--users`-style flag whose
+default is the dataclass default (so CLI and config defaults cannot disagree), and
+`config_from_args(MyConfig, args)` builds the instance, which validates itself in
+`__post_init__` before any model loads. Tuples are comma-separated on the command line.
+
+`RunOptions` holds what does not change results (where to write, how to execute); it is
+kept out of the config that identifies a run, so resuming on another executor or into a
+copied folder works.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, TypeVar
+
+from ctrlsim.errors import ConfigError
+
+C = TypeVar("C")
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options every runner takes that do not change its results."""
+
+    out: str | None = field(default=None, metadata={"help": "run folder (config.json, records.jsonl, "
+                                                            "tables.md, figures/); rerun to resume"})
+    overwrite: bool = field(default=False, metadata={"help": "discard an existing run folder's records"})
+    executor: str = field(default="local", metadata={"help": "where units of work run",
+                                                     "choices": list(EXECUTORS)})
+    ray_address: str | None = field(default=None, metadata={"help": "Ray cluster: 'auto' or host:port "
+                                                                    "(default: a local Ray started in-process)"})
+
+    def __post_init__(self):
+        check_choice("executor", self.executor, EXECUTORS)
+        if self.ray_address is not None and self.executor != "ray":
+            raise ConfigError(f"--ray-address {self.ray_address!r} needs --executor ray")
+        if self.out is not None:
+            check_output_dir(self.out)
+
+
+# ----------------------------------------------------------------------------- validation helpers
+
+def check_range(name: str, value, *, low=None, high=None) -> None:
+    """`low <= value <= high` (either bound optional); bools are not numbers here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if value != value:
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+        raise ConfigError(f"{name} must be in {bounds}, got {value!r}")
+
+
+def check_choice(name: str, value, choices: Iterable) -> None:
+    choices = list(choices)
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
+
+
+def check_choices(name: str, values: Iterable, choices: Iterable, *, allow_empty: bool = False) -> None:
+    """Every value known, none repeated, and (unless allowed) at least one."""
+    values, choices = list(values), list(choices)
+    if not values and not allow_empty:
+        raise ConfigError(f"{name} needs at least one value (choose from {', '.join(map(str, choices))})")
+    unknown = [v for v in values if v not in choices]
+    if unknown:
+        raise ConfigError(f"{name}: unknown value(s) {', '.join(map(repr, unknown))}; "
+                          f"choose from {', '.join(map(str, choices))}")
+    repeated = sorted({v for v in values if values.count(v) > 1}, key=str)
+    if repeated:
+        raise ConfigError(f"{name}: value(s) given more than once: {', '.join(map(repr, repeated))}")
+
+
+def check_output_dir(path: str | Path) -> None:
+    """The run folder can be created and written: checked before any work is done."""
+    path = Path(path)
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"output {str(path)!r}: {str(parent)!r} is a file, not a folder")
+            import os
+
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise ConfigError(f"output {str(path)!r}: {str(parent)!r} is not writable")
+            return
+
+
+# ----------------------------------------------------------------------------- dataclass <-> CLI / JSON
+
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unwrap_optional(tp) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _scalar_parser(tp, flag: str):
+    if tp is bool:
+        return _parse_bool
+    if tp in (int, float, str):
+        def parse(text: str, _tp=tp):
+            try:
+                return _tp(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{flag}: expected {_tp.__name__}, got {text!r}") from None
+        return parse
+    raise TypeError(f"{flag}: unsupported config field type {tp!r}")
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def _field_parser(tp, flag: str):
+    tp, optional = _unwrap_optional(tp)
+    origin = typing.get_origin(tp)
+    if origin in (tuple, list):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis] or [str]
+        item = _scalar_parser(args[0], flag)
+
+        def parse_seq(text: str):
+            if optional and text.strip().lower() in ("", "none"):
+                return None
+            return tuple(item(part.strip()) for part in text.split(",") if part.strip())
+        return parse_seq
+    if origin is not None:  # dict and other containers stay config-only
+        return None
+    scalar = _scalar_parser(tp, flag)
+    if not optional:
+        return scalar
+
+    def parse_optional(text: str):
+        return None if text.strip().lower() in ("", "none") else scalar(text)
+    return parse_optional
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls, *, skip: Iterable[str] = (),
+                         group: str | None = None) -> None:
+    """Add one `--field-name` flag per dataclass field (containers other than tuples are skipped)."""
+    hints, target = _hints(cls), parser
+    if group:
+        target = parser.add_argument_group(group)
+    for f in dataclasses.fields(cls):
+        if f.name in set(skip) or not f.init:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        parse = _field_parser(hints[f.name], flag)
+        if parse is None:
+            continue
+        default = _default_of(f)
+        shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default
+        help_text = f.metadata.get("help", "")
+        choices = f.metadata.get("choices")
+        if choices:
+            help_text = f"{help_text} (one of: {', '.join(map(str, choices))})".strip()
+        bare_bool = hints[f.name] is bool
+        target.add_argument(flag, dest=f.name, type=parse, default=argparse.SUPPRESS,
+                            nargs="?" if bare_bool else None, const=True if bare_bool else None,
+                            metavar=None if bare_bool else f.name.upper(),
+                            help=f"{help_text} [default: {shown}]".strip())
+
+
+def _default_of(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def config_from_args(cls: type[C], args: argparse.Namespace, **overrides) -> C:
+    """Build (and so validate) `cls` from parsed flags; fields not given keep their defaults."""
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    values = {k: v for k, v in vars(args).items() if k in names}
+    values.update(overrides)
+    return cls(**values)
+
+
+def config_to_dict(config) -> dict:
+    """A JSON-able dict of a config dataclass (tuples become lists; nested dataclasses too)."""
+    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
+
+
+def config_from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+    """The inverse of `config_to_dict`: unknown keys are an error, lists become tuples where typed so."""
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}")
+    hints, values = _hints(cls), {}
+    for key, value in data.items():
+        tp, _ = _unwrap_optional(hints[key])
+        if typing.get_origin(tp) is tuple and isinstance(value, list):
+            value = tuple(value)
+        values[key] = value
+    return cls(**values)

@@ -1,0 +1,103 @@
+"""The one run-folder layout every runner writes.
+
+```
+<out>/config.json     the run's config (what identifies its results) and the software that ran it
+<out>/records.jsonl   one line per finished unit of work; append-only, one locked writer
+<out>/tables.md       the paper-style tables, rewritten (atomically) as results come in
+<out>/figures/*.png   plots
+<out>/<name>.json     other artefacts (rosters, transcripts, ...), each written atomically
+```
+
+Rerunning a runner with the same config on the same folder resumes it: units already in
+`records.jsonl` are skipped. Only the driver process writes the folder.
+"""
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+from ctrlsim.errors import ConfigError
+
+from .store import ResultStore, _jsonable, atomic_write_text
+
+
+class RunFolder:
+    """A run's output folder; holds the records' writer lock until `close()`."""
+
+    def __init__(self, out: str | Path, config: dict, *, overwrite: bool = False):
+        self.path = Path(out)
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"output {str(self.path)!r} is a file, not a folder")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.config = json.loads(json.dumps(config, default=_jsonable))
+        self.store = ResultStore(self.path / "records.jsonl", self.config, overwrite=overwrite)
+        self.write_json("config.json", {"config": self.config, "software": software_versions()})
+
+    # ------------------------------------------------------------------ artefacts
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def write_text(self, name: str, text: str) -> Path:
+        return atomic_write_text(self.path / name, text)
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        return self.write_text(name, json.dumps(obj, indent=2, default=_jsonable) + "\n")
+
+    def read_json(self, name: str, default: Any = None) -> Any:
+        path = self.path / name
+        if not path.exists():
+            return default
+        try:
+            return json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            from ctrlsim.errors import DataFileError
+
+            raise DataFileError(path, f"is not valid JSON ({exc})") from None
+
+    def write_tables(self, markdown: str) -> Path:
+        return self.write_text("tables.md", markdown.rstrip() + "\n")
+
+    def figure_path(self, name: str) -> Path:
+        """Where figure `name` goes (`figures/<name>.png`); write it via `save_figure` to stay atomic."""
+        (self.path / "figures").mkdir(exist_ok=True)
+        return self.path / "figures" / (name if name.endswith(".png") else f"{name}.png")
+
+    def save_figure(self, fig, name: str) -> Path:
+        """Save a matplotlib figure atomically as `figures/<name>.png` and close it."""
+        import os
+
+        import matplotlib.pyplot as plt
+
+        target = self.figure_path(name)
+        tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp.png")
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        os.replace(tmp, target)
+        return target
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "RunFolder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def software_versions() -> dict[str, str]:
+    """Versions recorded beside every run (results depend on them)."""
+    from importlib import metadata
+
+    versions = {"python": platform.python_version()}
+    for dist in ("ctrlsim", "numpy", "gymnasium", "pettingzoo", "llama_cpp_python", "torch", "recbole"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
