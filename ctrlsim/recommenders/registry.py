@@ -38,6 +38,15 @@ RECOMMENDERS: dict[str, Callable[..., Recommender]] = {
 }
 
 
+def register_recommender(name: str, factory: Callable[..., Recommender], *, replace: bool = False) -> None:
+    """Make `factory(dataset, **options)` available as `make_recommender(name, ...)` and to every env."""
+    if not name or name.startswith("recbole:"):
+        raise ConfigError(f"invalid recommender name {name!r}")
+    if name in RECOMMENDERS and not replace:
+        raise ConfigError(f"recommender {name!r} is already registered; pass replace=True to override it")
+    RECOMMENDERS[name] = factory
+
+
 def make_recommender(name: str, dataset: Dataset, **options) -> Recommender:
     """Build a black box by name. Other RecBole sequential models: "recbole:<ModelName>" (e.g. recbole:GRU4Rec)."""
     if name.startswith("recbole:"):
