@@ -10,7 +10,7 @@ from ctrlsim.recommenders.base import Recommender
 
 def _sequential(model: str) -> Callable[..., Recommender]:
     def build(dataset: Dataset, **options) -> Recommender:
-        from ctrlsim.recommenders.sequential import SequentialRecommender
+        from ctrlsim.recommenders.recbole import SequentialRecommender
 
         return SequentialRecommender(dataset, model=model, **options)
 

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -19,9 +20,15 @@ import pandas as pd
 import pytest
 
 from ctrlsim.data import Dataset
-from ctrlsim.errors import ConfigError, EmptyHistoryError, MissingDependencyError, ModelError, UnknownItemError
+from ctrlsim.errors import (
+    ConfigError,
+    EmptyHistoryError,
+    MissingDependencyError,
+    ModelError,
+    UnknownItemError,
+)
 from ctrlsim.recommenders.base import UserState
-from ctrlsim.recommenders.sequential import SequentialConfig, SequentialRecommender
+from ctrlsim.recommenders.recbole import SequentialConfig, SequentialRecommender
 
 # Short training for tests (under a minute per model on one idle core): two epochs with
 # history length 10 already show genre structure (horror share of the top 20 about 0.3 for
@@ -59,7 +66,7 @@ def _user_states(ds, users):
 
 # ------------------------------------------------------------------ no training needed
 def test_import_is_lazy():
-    code = ("import sys, ctrlsim.recommenders.sequential; "
+    code = ("import sys, ctrlsim.recommenders.recbole; "
             "bad = [m for m in ('torch', 'recbole') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -156,6 +163,37 @@ def test_cached_reload_gives_identical_scores(seq_models, ml100k, horror_history
     assert again.loaded_from_cache and again.cache_key == rec.cache_key
     states = _user_states(ml100k, ml100k.user_ids[:10]) + [UserState(history=horror_history)]
     np.testing.assert_array_equal(again.score_all(states), rec.score_all(states))
+
+
+def test_cached_model_loads_its_weights_on_the_first_scores(seq_models, ml100k, horror_history):
+    trained = seq_models["NARM"]
+    again = _build(ml100k, "narm", config=TEST_CONFIG, threads=THREADS, progress=False)
+    assert again.loaded_from_cache and not again.model_loaded
+    # Metadata, the id mapping and input checks need no weights.
+    assert again.identity["test_metrics"] == trained.test_metrics
+    np.testing.assert_array_equal(again.internal_ids, trained.internal_ids)
+    with pytest.raises(EmptyHistoryError):
+        again.recommend([UserState()], 5)
+    with pytest.raises(UnknownItemError):
+        again.recommend([UserState(history=("no-such-film",))], 5)
+    assert not again.model_loaded
+    slate = again.recommend([UserState(history=horror_history)], 10)[0]
+    assert again.model_loaded
+    assert slate.item_ids == trained.recommend([UserState(history=horror_history)], 10)[0].item_ids
+
+
+def test_cached_construction_imports_neither_torch_nor_recbole(seq_models):
+    """A run whose slates are all stored builds its boxes without loading torch or RecBole."""
+    code = (
+        "import sys; from ctrlsim.data import load_dataset; "
+        "from ctrlsim.recommenders import make_recommender; "
+        "from ctrlsim.recommenders.recbole import SequentialConfig; "
+        f"cfg = SequentialConfig.from_json({TEST_CONFIG.to_json()!r}); ds = load_dataset('ml-100k'); "
+        "boxes = [make_recommender(n, ds, config=cfg, progress=False) for n in ('sasrec', 'narm')]; "
+        "assert all(b.loaded_from_cache and not b.model_loaded for b in boxes); "
+        "bad = [m for m in ('torch', 'recbole') if m in sys.modules]; assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -255,10 +293,10 @@ TINY_CONFIG = SequentialConfig(epochs=2, hidden_size=16, n_heads=1, train_batch_
 
 
 def _torch():
-    from ctrlsim.recommenders.sequential import _import_torch
+    from ctrlsim.recommenders.recbole.sandbox import import_torch
 
     try:
-        return _import_torch()
+        return import_torch()
     except MissingDependencyError as exc:
         pytest.skip(str(exc))
 
@@ -309,7 +347,8 @@ def test_tiny_training_sandbox_mapping_and_reload(tiny, tmp_path, monkeypatch):
     assert np.isneginf(scores[:, tiny.item_index["never-rated"]]).all()
     assert np.isfinite(np.delete(scores, tiny.item_index["never-rated"], axis=1)).all()
     # The unrated history item is skipped: same scores as without it.
-    np.testing.assert_array_equal(rec.score_all(states[2:])[0], rec.score_all([UserState(history=("007",))])[0])
+    without = rec.score_all([UserState(history=("007",))])[0]
+    np.testing.assert_array_equal(rec.score_all(states[2:])[0], without)
     for slate in rec.recommend(states, len(tiny.items) - 1):
         assert "never-rated" not in slate.item_ids
     with pytest.raises(EmptyHistoryError, match="none of its history items"):
@@ -320,22 +359,38 @@ def test_tiny_training_sandbox_mapping_and_reload(tiny, tmp_path, monkeypatch):
     assert again.loaded_from_cache
     np.testing.assert_array_equal(again.score_all(states), scores)
 
-    # A damaged cache is a ModelError naming the folder.
+    # Damaged weights are a ModelError naming the folder, raised when the weights load (first scores).
     (rec.cache_path / "model.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ModelError, match="cannot load the cached SASRec"):
-        SequentialRecommender(tiny, "SASRec", config=TINY_CONFIG, progress=False)
+    broken = SequentialRecommender(tiny, "SASRec", config=TINY_CONFIG, progress=False)
+    folder = re.escape(str(rec.cache_path))
+    with pytest.raises(ModelError, match=f"cannot load the cached SASRec from {folder}"):
+        broken.score_all(states)
 
 
-def test_tiny_other_model_and_key(tiny, tmp_path, monkeypatch):
+def test_tiny_other_model_key_and_progress(tiny, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     cfg = SequentialConfig(epochs=1, train_batch_size=128, max_seq_length=5)
-    rec = _build(tiny, "gru4rec", config=cfg, progress=False)
+    # A user's console log handler: during training its lines go through tqdm (above the bar).
+    handler = logging.StreamHandler(sys.stderr)
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        rec = _build(tiny, "gru4rec", config=cfg, progress=True)
+        assert handler in root.handlers  # the redirect put the user's handler back
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    err = capsys.readouterr().err
+    assert "GRU4Rec epoch 1: train loss" in err and "training GRU4Rec on tiny odd/ids" in err
+    assert "GRU4Rec on tiny odd/ids: 100%" in err and "1/1 [" in err  # the per-epoch bar finished
     assert rec.name == "gru4rec" and rec.model_name == "GRU4Rec"
     assert (tmp_path / "cache" / "recbole" / rec.cache_key / "meta.json").is_file()
     assert rec.recommend([UserState(history=("NA", "m3"))], 5)[0].item_ids
     other = SequentialConfig(epochs=1, train_batch_size=128, max_seq_length=5, seed=7)
-    from ctrlsim.recommenders.sequential import cache_key
+    from ctrlsim.recommenders.recbole import cache_key
 
     assert cache_key(tiny, "GRU4Rec", other) != rec.cache_key
 
