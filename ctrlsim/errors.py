@@ -103,3 +103,17 @@ class BudgetExceededError(CtrlsimError, RuntimeError):
 
 class AgentFailure(CtrlsimError, RuntimeError):
     """A probe's policy failed; the population records it and drops the probe."""
+
+
+class InvalidAction(CtrlsimError, ValueError):
+    """An env action that does not fit the action space; the message names the offending value."""
+
+
+class ResetNeededError(CtrlsimError, RuntimeError):
+    """An env was stepped (or rendered) before its first `reset()`."""
+
+
+# --- runs / executors -----------------------------------------------------
+
+class ExecutorError(CtrlsimError, RuntimeError):
+    """An executor could not start or reach its workers (e.g. no Ray cluster at the address)."""

@@ -1,0 +1,144 @@
+"""The Ray executor on a local two-CPU Ray cluster: same records as local, retries, failures, caching."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ctrlsim.errors import MissingDependencyError
+from ctrlsim.experiments.executor import LocalExecutor, is_failure, make_executor, worker_cache
+from ctrlsim.seeding import derive_rng
+
+try:
+    from ctrlsim.experiments._ray_executor import import_ray
+
+    ray = import_ray()
+except MissingDependencyError as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    # Unit functions of this test module are not importable on Ray workers (pytest puts tests/
+    # on the driver's sys.path only), so they travel by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def popularity_unit(config, key):
+    """A real black box on real data: a seeded random history, the popularity box's slate."""
+    from ctrlsim.data import load_dataset
+    from ctrlsim.recommenders import UserState, make_recommender
+
+    box = worker_cache("popularity:ml-100k", lambda: make_recommender("popularity", load_dataset("ml-100k")))
+    if key == "user/unknown":
+        raise LookupError("no such user")
+    rng = derive_rng(config["seed"], key)
+    history = tuple(rng.choice(box.dataset.item_ids, size=config["history"], replace=False).tolist())
+    slate = box.recommend([UserState(history=history)], config["k"])[0]
+    return {"history": list(history), "slate": list(slate.item_ids),
+            "scores": np.round(slate.scores, 12).tolist(), "noise": float(rng.random())}
+
+
+def counting_unit(config, key):
+    counter = worker_cache(f"counter:{config['tag']}", lambda: {"uses": 0})
+    counter["uses"] += 1
+    time.sleep(0.05)
+    return {"pid": os.getpid(), "uses": counter["uses"]}
+
+
+def victim_unit(config, key):
+    """Sleeps on its first attempt at the victim key, so the test can kill its worker there."""
+    folder = Path(config["folder"])
+    attempts = folder / f"{key}.attempts"
+    with open(attempts, "a") as fh:
+        fh.write(f"{os.getpid()}\n")
+    if key == config["victim"] and len(attempts.read_text().split()) == 1:
+        (folder / "victim.pid").write_text(str(os.getpid()))
+        time.sleep(120)
+    return {"square": int(key) ** 2}
+
+
+def self_crashing_unit(config, key):
+    if key == "crash":
+        os._exit(3)  # the worker process dies, every time
+    return {"key": key}
+
+
+def collect(executor, unit_fn, config, keys):
+    calls = []
+    summary = executor.run(unit_fn, config, keys, lambda k, r: calls.append((k, r)), progress=False)
+    return calls, summary
+
+
+def test_ray_gives_the_same_records_as_local(ray_cluster, ml100k):
+    config = {"seed": 7, "history": 5, "k": 10}
+    keys = [f"user/{i}" for i in range(12)] + ["user/unknown"]
+    local_calls, _ = collect(LocalExecutor(), popularity_unit, config, keys)
+    with make_executor("ray", num_workers=2) as executor:
+        ray_calls, summary = collect(executor, popularity_unit, config, keys)
+    assert sorted(k for k, _ in ray_calls) == sorted(keys)  # each key once
+    assert dict(ray_calls) == dict(local_calls)
+    assert dict(ray_calls)["user/unknown"] == {"failed": True, "error": "LookupError: no such user"}
+    assert summary.failed == 1 and summary.units == len(keys)
+    # Popular items the history holds are excluded: the slate never repeats the history.
+    for key, record in local_calls[:-1]:
+        assert not set(record["slate"]) & set(record["history"]), key
+
+
+def test_ray_workers_load_each_object_once(ray_cluster):
+    with make_executor("ray") as executor:
+        calls, _ = collect(executor, counting_unit, {"tag": uuid.uuid4().hex}, [str(i) for i in range(16)])
+    uses_by_pid: dict[int, list[int]] = {}
+    for _, record in calls:
+        uses_by_pid.setdefault(record["pid"], []).append(record["uses"])
+    # Each worker process counted its own units 1, 2, ..., n: its factory ran once, not once per unit.
+    for uses in uses_by_pid.values():
+        assert sorted(uses) == list(range(1, len(uses) + 1))
+    assert max(len(u) for u in uses_by_pid.values()) > 1
+
+
+def test_killed_worker_is_retried_and_nothing_is_lost_or_repeated(ray_cluster, tmp_path):
+    config = {"folder": str(tmp_path), "victim": "3"}
+    killed = []
+
+    def kill_victim_when_it_starts():
+        pid_file = tmp_path / "victim.pid"
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pid_file.exists():
+            pid = int(pid_file.read_text())
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    killer = threading.Thread(target=kill_victim_when_it_starts, daemon=True)
+    killer.start()
+    keys = [str(i) for i in range(8)]
+    with make_executor("ray", max_retries=2) as executor:
+        calls, summary = collect(executor, victim_unit, config, keys)
+    killer.join(timeout=5)
+    assert killed, "the victim unit never started"
+    assert Counter(k for k, _ in calls) == Counter(keys)  # every key recorded exactly once
+    assert dict(calls) == {k: {"square": int(k) ** 2} for k in keys} and summary.failed == 0
+    victim_attempts = (tmp_path / "3.attempts").read_text().split()
+    assert len(victim_attempts) == 2 and int(victim_attempts[0]) == killed[0] != int(victim_attempts[1])
+
+
+def test_worker_that_always_dies_is_recorded_as_failed_after_its_retries(ray_cluster):
+    with make_executor("ray", max_retries=1) as executor:
+        calls, summary = collect(executor, self_crashing_unit, None, ["a", "crash", "b"])
+    records = dict(calls)
+    assert records["a"] == {"key": "a"} and records["b"] == {"key": "b"}
+    assert is_failure(records["crash"]) and records["crash"]["error"].startswith("WorkerCrashedError")
+    assert summary.failed == 1
