@@ -1,0 +1,216 @@
+"""LLM persona probes (CtrlBench-Rec §3.2 Stage 2, Appendix B, D.2), decided in one batched call.
+
+Each probe is a static persona plus a short-term memory of its last M rounds (the slates it
+saw with title and tags, what it liked, skipped and searched) and, by default, the task goal
+(`target_visible=False` hides it; the runner records which). Each round it answers with JSON
+`{"like": [positions], "search": "query or empty"}`, which becomes the env action.
+
+`LLMPopulationPolicy.act` asks the LLM ONCE for all live probes of a population step
+(`llm.chat(list_of_conversations)`); each conversation starts with the same system text
+(role, goal, rules, reply format), so prefix caches are reused, and the per-probe persona,
+memory and slate follow. Where the runtime supports constrained decoding the reply is held
+to a JSON schema; otherwise it is parsed leniently. A reply that still cannot be used (prose,
+no "like", out-of-range or repeated positions) makes that probe skip the round and counts
+in its `parse_failures`; it never stops the run. If the batched call itself fails, each
+probe is retried alone, and probes whose own call fails are reported for dropping.
+
+Tokens: each reply's prompt and completion tokens are charged to the probe's stable id
+(`Persona.probe_id`) on the meter passed in (the episode's own meter, which the env reads).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ctrlsim.backends import TokenMeter
+from ctrlsim.data import Dataset, item_text
+from ctrlsim.errors import ConfigError, CtrlsimError, LLMOutputError
+from ctrlsim.seeding import derive_seed
+
+from . import prompts
+from .persona import Persona
+from .replies import Decision, decision_schema, parse_decision
+
+PROMPT_VARIANTS = ("default", "logic")
+
+
+@dataclass(frozen=True)
+class DecisionSettings:
+    """How LLM probes decide.
+
+    memory_rounds:  M, rounds of short-term memory shown in the prompt.
+    target_visible: whether the goal (the target tags) is in the prompt.
+    prompt_variant: "default", or "logic" (Appendix D.8: favour long-tail items).
+    temperature:    sampling temperature (the paper's agents use 1.0); seeded per round.
+    max_tokens:     reply budget (a decision is ~15-30 tokens of JSON).
+    constrained:    use JSON-schema decoding where the runtime supports it.
+    """
+
+    memory_rounds: int = 3
+    target_visible: bool = True
+    prompt_variant: str = "default"
+    temperature: float = 0.7
+    max_tokens: int = 48
+    constrained: bool = True
+
+    def __post_init__(self):
+        if self.memory_rounds < 0:
+            raise ConfigError(f"memory_rounds must be >= 0, got {self.memory_rounds}")
+        if self.prompt_variant not in PROMPT_VARIANTS:
+            raise ConfigError(f"prompt_variant must be one of {PROMPT_VARIANTS}, got {self.prompt_variant!r}")
+        if self.temperature < 0 or self.max_tokens < 8:
+            raise ConfigError(f"temperature must be >= 0 and max_tokens >= 8, got {self.temperature}, "
+                              f"{self.max_tokens}")
+
+
+@dataclass
+class RoundMemory:
+    round: int
+    source: str
+    shown: list[str]
+    liked: list[str]
+    query: str
+
+
+@dataclass
+class LLMProbe:
+    """One probe's persona, memory and counters."""
+
+    persona: Persona
+    memory: deque = field(default_factory=deque)
+    parse_failures: int = 0
+    failure_examples: list[str] = field(default_factory=list)
+    decisions: int = 0
+    searches: int = 0
+
+
+def display_item(dataset: Dataset, item_id: str) -> str:
+    """"Title (Year), (Tag, Tag)": the item text without any description (prompts stay short)."""
+    row = dataset.items.iloc[dataset.item_index[item_id]]
+    return item_text(row["title"], row["year"], row["tags"])
+
+
+class LLMPopulationPolicy:
+    """Decides for every live probe of a `PopulationEnv` with one batched `chat` per step.
+
+    agents:   env agent name -> persona (the env's roster, in the same order).
+    target:   the target tags (shown when `settings.target_visible`).
+    seed:     run seed; each round's sampling seed derives from (seed, round).
+    meter:    where each probe's tokens are charged under its `probe_id`.
+    """
+
+    MAX_EXAMPLES = 3  # failed replies kept per probe, for the record
+
+    def __init__(self, llm, dataset: Dataset, agents: Mapping[str, Persona], *, target: Sequence[str],
+                 settings: DecisionSettings | None = None, seed: int = 0, meter: TokenMeter | None = None):
+        settings = settings if settings is not None else DecisionSettings()
+        self.llm, self.dataset, self.settings, self.seed = llm, dataset, settings, seed
+        self.meter = meter if meter is not None else TokenMeter()
+        memory = max(settings.memory_rounds, 1)
+        self.probes = {a: LLMProbe(p, deque(maxlen=memory)) for a, p in agents.items()}
+        self.target = tuple(target)
+        self.nouns = prompts.domain_nouns(dataset.name)
+        self.use_schema = settings.constrained and bool(getattr(llm, "supports_json_schema", False))
+
+    # ------------------------------------------------------------------ prompts
+    def system_text(self, slate_size: int) -> str:
+        goal = ""
+        if self.settings.target_visible and self.target:
+            goal = prompts.GOAL_VISIBLE.format(target=" / ".join(self.target), **self.nouns)
+        if self.settings.prompt_variant == "logic":
+            goal += prompts.GOAL_LOGIC.format(**self.nouns)
+        return prompts.DECISION_SYSTEM.format(goal=goal, slate_size=slate_size, **self.nouns)
+
+    def user_text(self, probe: LLMProbe, info: Mapping, budget: int) -> str:
+        persona = probe.persona
+        behaviour = "; ".join(display_item(self.dataset, i) for i in persona.behaviour) or "none yet"
+        memory = ""
+        if self.settings.memory_rounds and probe.memory:
+            memory = prompts.MEMORY_HEADER + "".join(
+                prompts.MEMORY_ROUND.format(
+                    round=m.round, source=m.source, shown="; ".join(m.shown),
+                    liked="; ".join(m.liked) or prompts.MEMORY_NONE,
+                    searched=prompts.MEMORY_SEARCHED.format(query=m.query) if m.query else "")
+                for m in probe.memory)
+        slate = "\n".join(f"{n}. {display_item(self.dataset, i)}"
+                          for n, i in enumerate(info["slate_item_ids"], start=1)) or "(nothing)"
+        return prompts.DECISION_USER.format(
+            name=persona.name, bio=persona.bio, interests=", ".join(persona.interests) or "-",
+            behaviour=behaviour, memory=memory, round=int(info["round"]) + 1, budget=budget,
+            source=info.get("slate_source", "recommender"), slate=slate, **self.nouns)
+
+    def conversation(self, agent: str, info: Mapping, slate_size: int, budget: int) -> list[dict]:
+        return [{"role": "system", "content": self.system_text(slate_size)},
+                {"role": "user", "content": self.user_text(self.probes[agent], info, budget)}]
+
+    # ------------------------------------------------------------------ acting
+    def act(self, observations: Mapping[str, dict], infos: Mapping[str, dict], *, slate_size: int,
+            budget: int) -> tuple[dict[str, dict], dict[str, str]]:
+        """Actions for the given agents, and agent -> reason for those whose LLM call failed."""
+        agents = list(observations)
+        if not agents:
+            return {}, {}
+        round_no = int(infos[agents[0]]["round"])
+        actions = {}
+        for agent in [a for a in agents if not infos[a]["slate_item_ids"]]:
+            # Nothing to choose from (a search found nothing): skip without asking the LLM.
+            actions[agent] = self._decide(agent, '{"like": [], "search": ""}', infos[agent], slate_size)
+        asking = [a for a in agents if a not in actions]
+        convs = [self.conversation(a, infos[a], slate_size, budget) for a in asking]
+        completions, failed = self._chat(asking, convs, slate_size, round_no) if asking else ({}, {})
+        for agent, completion in completions.items():
+            self.meter.add(completion.prompt_tokens, completion.completion_tokens,
+                           key=self.probes[agent].persona.probe_id, cached=completion.cached)
+            actions[agent] = self._decide(agent, completion.text, infos[agent], slate_size)
+        return actions, failed
+
+    def _chat(self, agents: list[str], convs: list[list[dict]], slate_size: int, round_no: int):
+        kwargs = {"max_tokens": self.settings.max_tokens, "temperature": self.settings.temperature,
+                  "seed": derive_seed(self.seed, "decision-round", round_no)}
+        if self.use_schema:
+            kwargs["json_schema"] = decision_schema(slate_size)
+        try:
+            return dict(zip(agents, self.llm.chat(convs, **kwargs))), {}
+        except CtrlsimError:
+            pass  # find out which conversation fails: retry one by one
+        done, failed = {}, {}
+        for agent, conv in zip(agents, convs):
+            try:
+                done[agent] = self.llm.chat([conv], **kwargs)[0]
+            except CtrlsimError as exc:
+                failed[agent] = f"LLM call failed: {type(exc).__name__}: {exc}"
+        return done, failed
+
+    def _decide(self, agent: str, text: str, info: Mapping, slate_size: int) -> dict:
+        probe = self.probes[agent]
+        shown_ids = list(info["slate_item_ids"])
+        probe.decisions += 1
+        try:
+            decision = parse_decision(text, len(shown_ids))
+        except LLMOutputError as exc:
+            probe.parse_failures += 1
+            if len(probe.failure_examples) < self.MAX_EXAMPLES:
+                probe.failure_examples.append(str(exc)[:300])
+            decision = Decision(())
+        probe.searches += bool(decision.query)
+        self._remember(probe, info, shown_ids, decision)
+        likes = np.zeros(slate_size, dtype=np.int8)
+        likes[list(decision.likes)] = 1
+        return {"likes": likes, "query": decision.query}
+
+    def _remember(self, probe: LLMProbe, info: Mapping, shown_ids: list[str], decision: Decision) -> None:
+        if not self.settings.memory_rounds:
+            return
+        shown = [display_item(self.dataset, i) for i in shown_ids]
+        source = info.get("slate_source", "recommender")
+        liked = [shown[p] for p in decision.likes]
+        probe.memory.append(RoundMemory(int(info["round"]) + 1, source, shown, liked, decision.query))
+
+    # ------------------------------------------------------------------ record
+    def probe_stats(self, agent: str) -> dict:
+        probe = self.probes[agent]
+        return {"decisions": probe.decisions, "parse_failures": probe.parse_failures,
+                "searches": probe.searches, "failure_examples": list(probe.failure_examples)}

@@ -1,0 +1,99 @@
+"""Playing a `Population` (personas + policy) through a `PopulationEnv` episode, round by round.
+
+Shared by the CtrlBench-Rec runner and the evolution loop's interaction phase. The trace keeps,
+per probe, what the metrics need at every round t (likes per round, cumulative tokens), so
+Coverage / Efficiency / Len / Tokens at t = 5, 10, 15, 20 and the coverage-vs-round curves
+come from one episode.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable, Sequence
+
+from ctrlsim.backends import TokenMeter
+
+from .llm_probe import DecisionSettings, LLMPopulationPolicy
+from .methods import Population
+from .random_probe import RandomProbe
+
+
+@dataclass
+class ProbeTrace:
+    """One probe's episode: seed history, new likes per round, tokens after each round, fate."""
+
+    probe_id: str
+    agent: str
+    seed_history: list[str]
+    likes_per_round: list[list[str]] = field(default_factory=list)
+    tokens_per_round: list[int] = field(default_factory=list)  # cumulative, after each round
+    dropped: str | None = None
+    dropped_round: int | None = None
+    stats: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class EpisodeTrace:
+    rounds: int
+    probes: list[ProbeTrace]
+
+    def to_dict(self) -> dict:
+        return {"rounds": self.rounds, "probes": [p.to_dict() for p in self.probes]}
+
+
+def play_population(env, population: Population, *, seed: int, target: Sequence[str] = (), llm=None,
+                    settings: DecisionSettings | None = None, like_prob: float = 0.3,
+                    meter: TokenMeter | None = None,
+                    on_round: Callable[[int, EpisodeTrace], None] | None = None) -> EpisodeTrace:
+    """Reset `env` with the population's roster (seeded) and play until every probe is done.
+
+    LLM populations decide with one batched `chat` per step; a probe whose LLM call fails is
+    reported with `env.drop(agent, reason)`. `meter` gets each probe's tokens under its
+    `probe_id` (pass the env's `token_meter` so the env's infos agree).
+    """
+    meter = meter if meter is not None else TokenMeter()
+    settings = settings if settings is not None else DecisionSettings()
+    specs = [p.to_probe_spec() for p in population.personas]
+    obs, infos = env.reset(seed=seed, options={"roster": specs})
+    agents = list(env.agents)
+    by_agent = dict(zip(agents, population.personas))
+    trace = EpisodeTrace(env.engine.budget, [ProbeTrace(p.probe_id, a, list(p.behaviour)) for a, p in
+                                             by_agent.items()])
+    per_agent = {t.agent: t for t in trace.probes}
+    if population.policy == "llm":
+        if llm is None:
+            raise ValueError("an LLM population needs an llm")
+        policy = LLMPopulationPolicy(llm, env.dataset, by_agent, target=target,
+                                     settings=replace(settings, prompt_variant=population.prompt_variant),
+                                     seed=seed, meter=meter)
+    else:
+        coins = {a: RandomProbe(env.agent_rngs[a], like_prob) for a in agents}
+    slate_size, budget = env.engine.slate_size, env.engine.budget
+    for round_no in range(1, budget + 1):
+        live = list(env.agents)
+        if not live:
+            break
+        if population.policy == "llm":
+            actions, failed = policy.act({a: obs[a] for a in live}, {a: infos[a] for a in live},
+                                         slate_size=slate_size, budget=budget)
+            for agent, reason in failed.items():
+                env.drop(agent, reason)
+        else:
+            actions = {a: coins[a].act(obs[a], infos[a]) for a in live}
+        obs, _, terms, _, infos = env.step(actions)
+        for agent in live:
+            probe_trace = per_agent[agent]
+            record = env.probes[agent].record
+            probe_trace.likes_per_round = [list(x) for x in record.likes_per_round]
+            probe_trace.tokens_per_round.append(meter.usage(probe_trace.probe_id).total_tokens)
+            if terms.get(agent) and probe_trace.dropped is None:
+                probe_trace.dropped = infos[agent].get("failure", "terminated")
+                probe_trace.dropped_round = round_no
+        if on_round is not None:
+            on_round(round_no, trace)
+    if population.policy == "llm":
+        for agent, probe_trace in per_agent.items():
+            probe_trace.stats = policy.probe_stats(agent)
+    return trace

@@ -1,0 +1,117 @@
+"""Every prompt the LLM probes use, each naming the CtrlBench-Rec section it follows.
+
+The paper gives the roles and rules of its prompts but not their wording (its
+templates live in its code release), so the texts below are ours; what each one
+must contain comes from the section named in its comment.
+
+Prompt layout for batching: a decision conversation is `[system, user]` where the
+system message holds only text shared by every probe of a population step (the
+role, the task goal, the rules, the reply format), so llama.cpp reuses its KV prefix
+and vLLM its prefix cache; everything that differs per probe (persona, memory,
+current slate) comes after it, in the user message.
+
+Placeholders are `str.format` fields; `{domain}` is the catalogue's noun ("movies").
+"""
+from __future__ import annotations
+
+from ctrlsim.envs.roster import catalogue_noun
+
+# --------------------------------------------------------------------------- profile generation
+# §3.2 Stage 1 (User Profile Expert) and Appendix C "Initialization": demographics plus a seed
+# behaviour stream of L_init in [4, 6] items become a structured persona; Appendix F shows the
+# fields (name, bio, interests). The behaviour (seed item ids) is copied from the data, not
+# written by the model, so a small model cannot invent an id.
+PROFILE_SYSTEM = (
+    "You are a user profile expert. From a person's demographics and the {domain} they liked, you "
+    "write a short, realistic persona of that person as a single JSON object and nothing else."
+)
+
+PROFILE_USER = (
+    "Demographics: {demographics}\n"
+    "{domain_title} this person liked, oldest first:\n{items}\n\n"
+    "Write their persona as JSON with these keys:\n"
+    '  "name": a plausible first name,\n'
+    '  "bio": two or three sentences in the third person about who they are and what {domain} they enjoy,\n'
+    '  "interests": up to 5 short phrases naming what they like (genres, themes, styles).\n'
+    'Reply with the JSON object only, for example: '
+    '{{"name": "...", "bio": "...", "interests": ["...", "..."]}}'
+)
+
+# The retry after an unusable reply (issue: one retry, then a template persona).
+PROFILE_RETRY = (
+    "That reply was not the JSON object asked for. Reply again with only a JSON object with the keys "
+    '"name" (string), "bio" (string) and "interests" (list of at most 5 strings).'
+)
+
+# A template persona (when the LLM fails twice) takes its bio from `ctrlsim.envs.roster.template_bio`:
+# demographics plus the seed items' most frequent tags, no LLM text at all.
+
+# --------------------------------------------------------------------------- decisions
+# §3.2 Stage 2 "Multi-turn interactive alignment" and Appendix B "Agent Probe": each round the
+# agent reads the recommendation list L_t and picks a_t in L_t ∪ {skip}; Appendix D.2 names the
+# tools (like, and the paper's search / skip), with short-term memory only, loaded together with the
+# profile prompt. Appendix B's relevance constraint ("interactions must satisfy relevance
+# constraints, precluding degenerate strategies like random clicks on unrelated items") is rule 1.
+DECISION_SYSTEM = (
+    "You play one user of a {domain} recommender website. You are shown your persona, what happened in "
+    "your last rounds, and the {slate_size} {domain} the website shows you now.\n"
+    "{goal}"
+    "Each round you may:\n"
+    "- like any of the shown {domain} (give their numbers), or none of them (a skip);\n"
+    "- optionally type a short search query; then the next list shows search results instead of "
+    "recommendations.\n"
+    "Rules:\n"
+    "1. Like only {domain} that fit your persona. Never like {domain} unrelated to your interests, "
+    "even to reach the goal.\n"
+    "2. Liking a {domain_singular} tells the website what to recommend next.\n"
+    'Reply with one JSON object and nothing else, for example {{"like": [2], "search": ""}}. "like" lists '
+    'the numbers of the {domain} you like ([] to skip); "search" is a few words to search for, or "" to '
+    "keep getting recommendations."
+)
+
+# The task goal (Appendix B: the policy is conditioned on the target set T). Shown by default;
+# `target_visible=False` leaves it out (the reference code never shows it; the paper's Task 2/3
+# variants do), and results record which.
+GOAL_VISIBLE = (
+    "Your goal: help the website discover as many different {target} {domain} as possible, by liking "
+    "{domain} that fit your persona and that steer its recommendations towards {target}.\n"
+)
+
+# Appendix D.8, CtrlBench-Rec (Logic): super probes get a restructured decision logic that
+# favours items with long-tail potential ("oriented interest expansion" instead of preference
+# matching). Appended to the goal.
+GOAL_LOGIC = (
+    "Prefer lesser-known {domain} that still fit your persona: they open parts of the catalogue the "
+    "website rarely recommends. Expand your interests step by step instead of repeating the obvious picks.\n"
+)
+
+# The per-probe part (user message): persona (§3.2 static profile), short-term memory of the last
+# M rounds (§3.2 dynamic memory, Appendix D.2), then the current list L_t.
+DECISION_USER = (
+    "Your persona: {name}. {bio}\n"
+    "Your interests: {interests}\n"
+    "{domain_title} you liked before: {behaviour}\n"
+    "{memory}"
+    "Round {round} of {budget}. The website now shows ({source}):\n{slate}\n"
+    "Which do you like?"
+)
+
+MEMORY_HEADER = "Your last rounds:\n"
+MEMORY_ROUND = "- Round {round} ({source}) showed: {shown}. You liked: {liked}.{searched}\n"
+MEMORY_SEARCHED = " You then searched for \"{query}\"."
+MEMORY_NONE = "nothing"
+
+# --------------------------------------------------------------------------- naive baseline
+# Only for benchmarks/llm_probe_throughput.py: the "naive loop" each probe sends on its own,
+# persona first (no shared prefix), answered in free text and parsed for numbers.
+NAIVE_DECISION = (
+    "You are {name}. {bio} You like {interests}.\n"
+    "A {domain} website shows you:\n{slate}\n"
+    "Which of these would you like? Answer with the numbers of the ones you like."
+)
+
+
+def domain_nouns(dataset_name: str) -> dict[str, str]:
+    """The catalogue's noun for prompts: movies for MovieLens, products for Amazon, items otherwise."""
+    plural, singular = catalogue_noun(dataset_name)
+    return {"domain": plural, "domain_singular": singular, "domain_title": plural.capitalize()}
