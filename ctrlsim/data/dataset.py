@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from ctrlsim.data._io import AGE_RANGE, TIMESTAMP_RANGE, YEAR_RANGE, first_bad_number
 from ctrlsim.errors import (
     DataError,
     EmptyHistoryError,
@@ -39,6 +40,24 @@ def item_text(title: str, year, tags: Sequence[str], description: str = "") -> s
     if description:
         head += f". {description}"
     return head
+
+
+def _numbers(name: str, table: pd.DataFrame, column: str, key: str, *, words_are_missing: bool = False,
+             **limits) -> pd.Series:
+    """`table[column]` as checked numbers (see `first_bad_number`); `DataError` names the row's `key`.
+
+    With `words_are_missing` a value that is not a number counts as missing (e.g. year "unknown").
+    """
+    raw = table[column]
+    values = pd.to_numeric(raw, errors="coerce")
+    if words_are_missing:
+        raw = raw.where(values.notna())
+    bad = first_bad_number(raw, values, missing_ok=words_are_missing, **limits)
+    if bad is not None:
+        row, reason = bad
+        raise DataError(f"dataset {name!r}: {column}={raw.iloc[row]!r} ({key} {table[key].iloc[row]!r}) "
+                        f"{reason}")
+    return values
 
 
 def _item_texts(items: pd.DataFrame) -> list[str]:
@@ -95,7 +114,8 @@ class Dataset:
             raise DataError(f"{name}: duplicate item ids: {list(dup.unique()[:5])}")
         if "year" not in items:
             items["year"] = pd.NA
-        items["year"] = pd.to_numeric(items["year"], errors="coerce").astype("Int64")
+        items["year"] = _numbers(name, items, "year", "item_id", words_are_missing=True, integer=True,
+                                 low=YEAR_RANGE[0], high=YEAR_RANGE[1]).astype("Int64")
         if "tags" not in items:
             items["tags"] = [()] * len(items)
         items["tags"] = [tuple(str(t) for t in tags) if tags is not None else () for tags in items["tags"]]
@@ -106,8 +126,9 @@ class Dataset:
         inter["item_id"] = inter["item_id"].astype(str)
         if "rating" not in inter:
             inter["rating"] = 1.0
-        inter["rating"] = inter["rating"].astype(float)
-        inter["timestamp"] = pd.to_numeric(inter["timestamp"]).astype("int64")
+        inter["rating"] = _numbers(name, inter, "rating", "item_id").astype(float)
+        inter["timestamp"] = _numbers(name, inter, "timestamp", "item_id", low=TIMESTAMP_RANGE[0],
+                                      high=TIMESTAMP_RANGE[1]).astype("int64")
         unknown = ~inter["item_id"].isin(items["item_id"])
         if unknown.any():
             raise UnknownItemError(inter.loc[unknown, "item_id"].unique()[:5], name)
@@ -130,7 +151,8 @@ class Dataset:
         for col in USER_COLUMNS:
             if col not in users:
                 users[col] = pd.NA
-        users["age"] = pd.to_numeric(users["age"], errors="coerce").astype("Int64")
+        users["age"] = _numbers(name, users, "age", "user_id", words_are_missing=True, integer=True,
+                                low=AGE_RANGE[0], high=AGE_RANGE[1]).astype("Int64")
         users = users.reset_index(drop=True)
 
         item_tags = pd.DataFrame(
@@ -195,7 +217,8 @@ class Dataset:
             hist = hist[hist["rating"] >= min_rating]
         return hist.reset_index(drop=True)
 
-    def history_ids(self, user_id: str, *, min_rating: float | None = None, require: bool = False) -> list[str]:
+    def history_ids(self, user_id: str, *, min_rating: float | None = None,
+                    require: bool = False) -> list[str]:
         """Item ids of `history(user_id)`; `require=True` raises `EmptyHistoryError` when empty."""
         ids = self.history(user_id, min_rating=min_rating)["item_id"].tolist()
         if require and not ids:

@@ -10,6 +10,10 @@ from pathlib import Path
 import pandas as pd
 
 from ctrlsim.data._io import (
+    AGE_RANGE,
+    TIMESTAMP_RANGE,
+    YEAR_RANGE,
+    first_bad_number,
     iter_json_lines,
     no_duplicates,
     read_delimited,
@@ -18,8 +22,8 @@ from ctrlsim.data._io import (
     to_numeric,
 )
 from ctrlsim.data.dataset import Dataset
-from ctrlsim.data.matching import split_year as split_title_year  # one title/year parser for loaders and matching
-from ctrlsim.errors import DataFileError, UnknownItemError
+from ctrlsim.data.matching import split_year as split_title_year  # one parser for loaders and matching
+from ctrlsim.errors import ConfigError, DataFileError, UnknownItemError
 
 # MovieLens-1M README: occupation codes.
 ML1M_OCCUPATIONS = {
@@ -75,7 +79,8 @@ def load_atomic(folder: str | Path, name: str | None = None) -> Dataset:
         "item_id": inter["item_id"],
         "rating": to_numeric(inter, "rating", inter_path) if "rating" in inter else 1.0,
         # Without timestamps the file order is the chronology.
-        "timestamp": to_numeric(inter, time_col, inter_path) if time_col else range(len(inter)),
+        "timestamp": to_numeric(inter, time_col, inter_path, low=TIMESTAMP_RANGE[0], high=TIMESTAMP_RANGE[1])
+        if time_col else range(len(inter)),
     })
 
     item_path = folder / f"{name}.item"
@@ -89,7 +94,8 @@ def load_atomic(folder: str | Path, name: str | None = None) -> Dataset:
         items = pd.DataFrame({
             "item_id": raw["item_id"],
             "title": raw[title_col] if title_col else raw["item_id"],
-            "year": raw[year_col] if year_col else None,
+            "year": to_numeric(raw, year_col, item_path, low=YEAR_RANGE[0], high=YEAR_RANGE[1], integer=True,
+                               missing_ok=True, words_are_missing=True) if year_col else None,
             "tags": [tuple(str(v).split()) if isinstance(v, str) else () for v in raw[tag_col]]
             if tag_col else [()] * len(raw),
         })
@@ -104,8 +110,12 @@ def load_atomic(folder: str | Path, name: str | None = None) -> Dataset:
         require_columns(raw_u, ["user_id"], user_path)
         no_duplicates(raw_u, "user_id", user_path)
         users = raw_u.reindex(columns=["user_id", "age", "gender", "occupation"])
+        if "age" in raw_u:
+            users["age"] = to_numeric(raw_u, "age", user_path, low=AGE_RANGE[0], high=AGE_RANGE[1],
+                                      integer=True, missing_ok=True)
     try:
-        return Dataset.build(name, items, out, users, source={"format": "recbole-atomic", "path": str(folder)})
+        return Dataset.build(name, items, out, users,
+                             source={"format": "recbole-atomic", "path": str(folder)})
     except UnknownItemError as exc:
         raise DataFileError(inter_path, f"items missing from {item_path.name}: {exc.item_ids}") from exc
 
@@ -114,36 +124,41 @@ def load_atomic(folder: str | Path, name: str | None = None) -> Dataset:
 def load_movielens_dat(folder: str | Path, name: str | None = None) -> Dataset:
     """MovieLens-1M (`movies.dat`, `ratings.dat`, optional `users.dat`; '::'-separated, latin-1)."""
     folder = Path(folder)
-    movies_path, ratings_path, users_path = folder / "movies.dat", folder / "ratings.dat", folder / "users.dat"
+    movies_path, ratings_path = folder / "movies.dat", folder / "ratings.dat"
+    users_path = folder / "users.dat"
     movies = read_delimited(movies_path, sep="::", names=["item_id", "title", "genres"], header=None,
                             encoding="latin-1")
     require_complete(movies, ["item_id", "title"], movies_path, header_rows=0)
     ratings = read_delimited(ratings_path, sep="::", names=["user_id", "item_id", "rating", "timestamp"],
                              header=None, encoding="latin-1")
     require_complete(ratings, ["user_id", "item_id", "rating", "timestamp"], ratings_path, header_rows=0)
-    inter = ratings.assign(
-        rating=to_numeric(ratings, "rating", ratings_path, header_rows=0),
-        timestamp=to_numeric(ratings, "timestamp", ratings_path, header_rows=0),
+    inter = ratings.assign(  # ML-1M README: whole-star ratings 1-5, seconds since 1970
+        rating=to_numeric(ratings, "rating", ratings_path, header_rows=0, low=1, high=5, integer=True),
+        timestamp=to_numeric(ratings, "timestamp", ratings_path, header_rows=0, low=TIMESTAMP_RANGE[0],
+                             high=TIMESTAMP_RANGE[1], integer=True),
     )
     users = None
     if users_path.exists():
         raw = read_delimited(users_path, sep="::", names=["user_id", "gender", "age", "occupation", "zip"],
                              header=None, encoding="latin-1")
-        require_complete(raw, ["user_id", "gender", "age"], users_path, header_rows=0)
+        require_complete(raw, ["user_id", "gender", "age", "occupation"], users_path, header_rows=0)
         no_duplicates(raw, "user_id", users_path)
-        occ = to_numeric(raw, "occupation", users_path, header_rows=0)
+        occ = to_numeric(raw, "occupation", users_path, header_rows=0, low=min(ML1M_OCCUPATIONS),
+                         high=max(ML1M_OCCUPATIONS), integer=True)
         users = pd.DataFrame({
             "user_id": raw["user_id"],
             # ML-1M stores the lower bound of an age bracket (1, 18, 25, 35, 45, 50, 56).
-            "age": to_numeric(raw, "age", users_path, header_rows=0),
+            "age": to_numeric(raw, "age", users_path, header_rows=0, low=AGE_RANGE[0], high=AGE_RANGE[1],
+                              integer=True),
             "gender": raw["gender"],
-            "occupation": [ML1M_OCCUPATIONS.get(int(o), str(o)) for o in occ],
+            "occupation": [ML1M_OCCUPATIONS[int(o)] for o in occ],
         })
     try:
         return Dataset.build(name or folder.name, _movie_items(movies, movies_path), inter, users,
                              source={"format": "movielens-dat", "path": str(folder)})
     except UnknownItemError as exc:
-        raise DataFileError(ratings_path, f"ratings refer to movies not in movies.dat: {exc.item_ids}") from exc
+        raise DataFileError(ratings_path,
+                            f"ratings refer to movies not in movies.dat: {exc.item_ids}") from exc
 
 
 # --------------------------------------------------- MovieLens-25M / latest .csv
@@ -160,15 +175,18 @@ def load_movielens_csv(folder: str | Path, name: str | None = None) -> Dataset:
     inter = pd.DataFrame({
         "user_id": ratings["userId"],
         "item_id": ratings["movieId"],
-        "rating": to_numeric(ratings, "rating", ratings_path),
-        "timestamp": to_numeric(ratings, "timestamp", ratings_path),
+        # MovieLens README: half-star ratings 0.5-5.0, seconds since 1970.
+        "rating": to_numeric(ratings, "rating", ratings_path, low=0.5, high=5.0),
+        "timestamp": to_numeric(ratings, "timestamp", ratings_path, low=TIMESTAMP_RANGE[0],
+                                high=TIMESTAMP_RANGE[1], integer=True),
     })
     items = _movie_items(movies.rename(columns={"movieId": "item_id"}), movies_path)
     try:
         return Dataset.build(name or folder.name, items, inter, None,
                              source={"format": "movielens-csv", "path": str(folder)})
     except UnknownItemError as exc:
-        raise DataFileError(ratings_path, f"ratings refer to movies not in movies.csv: {exc.item_ids}") from exc
+        raise DataFileError(ratings_path,
+                            f"ratings refer to movies not in movies.csv: {exc.item_ids}") from exc
 
 
 # --------------------------------------------------------------- Last.fm-1K tsv
@@ -212,7 +230,8 @@ def load_lastfm_1k(path: str | Path, name: str = "lastfm-1k") -> Dataset:
         no_duplicates(raw, "user_id", profiles_path)
         users = pd.DataFrame({
             "user_id": raw["user_id"],
-            "age": pd.to_numeric(raw["age"], errors="coerce"),
+            "age": to_numeric(raw, "age", profiles_path, low=AGE_RANGE[0], high=AGE_RANGE[1], integer=True,
+                              missing_ok=True),
             "gender": raw["gender"].str.upper().where(raw["gender"].str.lower().isin(["m", "f"])),
             "occupation": pd.NA,
         })
@@ -220,16 +239,58 @@ def load_lastfm_1k(path: str | Path, name: str = "lastfm-1k") -> Dataset:
 
 
 # ------------------------------------------------------- Amazon reviews (jsonl)
+MISSING_METADATA = ("drop", "error")
+AMAZON_RATING_RANGE = (0.0, 5.0)  # stars
+
+
+def _json_number(value, path: Path, line: int, field: str, low: float, high: float) -> float:
+    """A JSON number (or numeric string) that is finite and within [low, high], else `DataFileError`."""
+    number = float("nan")
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        number = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
+    bad = first_bad_number(pd.Series([value]), pd.Series([number]), low=low, high=high)
+    if bad is not None:
+        raise DataFileError(path, f"line {line}: {field}={value!r} {bad[1]}")
+    return float(number)
+
+
+def _categories(value, path: Path, line: int) -> list[str]:
+    """A metadata record's categories: a string, a list of strings or (2014) a list of category paths."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        flat = [c for entry in value for c in (entry if isinstance(entry, list) else [entry])]
+        if all(isinstance(c, str) for c in flat):
+            return flat
+    raise DataFileError(path, f"line {line}: categories must be a string or a list of strings, got {value!r}")
+
+
+def _description(value, path: Path, line: int) -> str:
+    """A description: a string, a list of strings (joined) or null (no description)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(d, str) or d is None for d in value):
+        return " ".join(d for d in value if d)
+    raise DataFileError(path, f"line {line}: description must be a string or a list of strings, "
+                              f"got {value!r}")
+
+
 def load_amazon(reviews: str | Path, metadata: str | Path | None = None, *, name: str | None = None,
                 missing_metadata: str = "drop") -> Dataset:
-    """Amazon reviews + metadata JSON-lines (2014/2018 and 2023 field names, optional .gz).
+    """Amazon reviews + metadata JSON-lines (2014/2018 and 2023 field names, gzip or plain).
 
-    Reviews: reviewerID|user_id, asin|parent_asin, overall|rating,
+    Reviews: reviewerID|user_id, asin|parent_asin, overall|rating (0-5 stars),
     unixReviewTime (s)|timestamp (ms). Metadata: asin|parent_asin, title,
-    categories|category, description. Reviews of items without metadata are
-    dropped (`missing_metadata="drop"`, the count is kept in `source`) or raise
-    (`"error"`).
+    categories|category (a string or a list), description (null is none).
+    Reviews of items without metadata are dropped (`missing_metadata="drop"`,
+    the count is kept in `source`) or raise (`"error"`).
     """
+    if missing_metadata not in MISSING_METADATA:
+        raise ConfigError(f"missing_metadata must be one of {MISSING_METADATA}, got {missing_metadata!r}")
     reviews = Path(reviews)
     rows = []
     for n, rec in enumerate(iter_json_lines(reviews), 1):
@@ -238,31 +299,29 @@ def load_amazon(reviews: str | Path, metadata: str | Path | None = None, *, name
         rating = rec.get("overall", rec.get("rating"))
         when = rec.get("unixReviewTime", rec.get("timestamp"))
         if None in (user, item, rating, when):
-            raise DataFileError(reviews, f"line {n}: needs user, item, rating and time fields; got {sorted(rec)}")
-        try:
-            rating, when = float(rating), int(when)
-        except (TypeError, ValueError) as exc:
-            raise DataFileError(reviews, f"line {n}: rating/time not numeric") from exc
-        rows.append((user, item, rating, when // 1000 if when > 10**11 else when))
+            raise DataFileError(reviews, f"line {n}: needs user, item, rating and time fields; "
+                                         f"got {sorted(rec)}")
+        rating = _json_number(rating, reviews, n, "rating", *AMAZON_RATING_RANGE)
+        when = _json_number(when, reviews, n, "time", *TIMESTAMP_RANGE)
+        when = int(when) // 1000 if when > 10**11 else int(when)  # the 2023 release counts milliseconds
+        rows.append((user, item, rating, when))
     inter = pd.DataFrame(rows, columns=["user_id", "item_id", "rating", "timestamp"])
     if inter.empty:
         raise DataFileError(reviews, "no reviews")
 
     source = {"format": "amazon-jsonl", "reviews": str(reviews)}
     if metadata is not None:
+        metadata = Path(metadata)
         meta = []
-        for rec in iter_json_lines(metadata):
+        for n, rec in enumerate(iter_json_lines(metadata), 1):
             item = rec.get("parent_asin", rec.get("asin"))
             if item is None:
-                raise DataFileError(metadata, "record without asin/parent_asin")
-            cats = rec.get("categories", rec.get("category", [])) or []
-            if cats and isinstance(cats[0], list):  # 2014 format: list of category paths
-                cats = [c for path in cats for c in path]
-            desc = rec.get("description", "")
-            if isinstance(desc, list):
-                desc = " ".join(str(d) for d in desc)
-            meta.append({"item_id": item, "title": rec.get("title") or item,
-                         "tags": tuple(dict.fromkeys(str(c) for c in cats)), "description": str(desc)})
+                raise DataFileError(metadata, f"line {n}: record without asin/parent_asin")
+            cats = _categories(rec.get("categories", rec.get("category")), metadata, n)
+            title = rec.get("title")
+            meta.append({"item_id": item, "title": str(title) if title else item,
+                         "tags": tuple(dict.fromkeys(cats)),
+                         "description": _description(rec.get("description"), metadata, n)})
         if not meta:
             raise DataFileError(metadata, "no metadata records")
         items = pd.DataFrame(meta)
@@ -271,7 +330,8 @@ def load_amazon(reviews: str | Path, metadata: str | Path | None = None, *, name
         known = inter["item_id"].isin(items["item_id"])
         if not known.all():
             if missing_metadata == "error":
-                raise DataFileError(metadata, f"no metadata for items {inter.loc[~known, 'item_id'].unique()[:5].tolist()}")
+                unknown = inter.loc[~known, "item_id"].unique()[:5].tolist()
+                raise DataFileError(metadata, f"no metadata for items {unknown}")
             source["dropped_interactions_without_metadata"] = int((~known).sum())
             inter = inter[known]
     else:
@@ -279,4 +339,3 @@ def load_amazon(reviews: str | Path, metadata: str | Path | None = None, *, name
         items = pd.DataFrame({"item_id": ids, "title": ids})
     return Dataset.build(name or reviews.name.split(".")[0], items, inter, None, source=source,
                          tag_kind="category")
-

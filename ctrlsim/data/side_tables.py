@@ -37,7 +37,8 @@ def _map_ids(df: pd.DataFrame, path: Path, links: str | Path | None) -> pd.Serie
     link_df = link_df.dropna(subset=["movieId", "tmdbId"])
     tmdb_to_item = dict(zip(link_df["tmdbId"].astype(str).str.replace(r"\.0$", "", regex=True),
                             link_df["movieId"].astype(str)))
-    key = df[_pick(df, ("tmdbId", "tmdb_id", "id"), path, "TMDb id")].astype(str).str.replace(r"\.0$", "", regex=True)
+    key_column = _pick(df, ("tmdbId", "tmdb_id", "id"), path, "TMDb id")
+    key = df[key_column].astype(str).str.replace(r"\.0$", "", regex=True)
     return key.map(tmdb_to_item)
 
 

@@ -6,10 +6,9 @@ per state, for a whole batch at once. Probes never reach its internals.
 """
 from __future__ import annotations
 
-from abc import ABC
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -35,8 +34,27 @@ class UserState:
     user_id: str | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "history", tuple(str(i) for i in self.history))
-        object.__setattr__(self, "shown", tuple(str(i) for i in self.shown))
+        object.__setattr__(self, "history", _item_ids("history", self.history))
+        object.__setattr__(self, "shown", _item_ids("shown", self.shown))
+
+
+def _item_ids(field_name: str, ids) -> tuple[str, ...]:
+    """An ordered sequence of item ids (strings or integers) as a tuple of strings.
+
+    A string is rejected rather than split into characters ("12" would become items
+    "1" and "2"); so are None, unordered collections and ids of other types.
+    """
+    if isinstance(ids, (str, bytes)) or ids is None or isinstance(ids, (set, frozenset, Mapping)) \
+            or not isinstance(ids, Iterable):
+        raise ConfigError(f"UserState.{field_name} must be a sequence of item ids, got {ids!r}"
+                          + (f"; did you mean ({ids!r},)?" if isinstance(ids, str) else ""))
+    out = []
+    for item in ids:
+        if isinstance(item, bool) or not isinstance(item, (str, int, np.integer)):
+            raise ConfigError(f"UserState.{field_name} holds {item!r} ({type(item).__name__}); "
+                              "item ids are strings")
+        out.append(str(item))
+    return tuple(out)
 
 
 @dataclass
@@ -53,7 +71,7 @@ class Slate:
 Candidates = Sequence[str] | Sequence[Sequence[str]] | None
 
 
-class Recommender(ABC):
+class Recommender:
     """Base class. Subclasses implement `score_all` (dense) or override `score_candidates`.
 
     Options common to all recommenders:

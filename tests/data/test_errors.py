@@ -369,7 +369,7 @@ def test_amazon_review_non_numeric(amazon_2014, field, value):
     good = {"reviewerID": "A2", "asin": "1384719342", "overall": 4.0, "unixReviewTime": 1393545600}
     record[field] = value
     reviews.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
-    raises_file_error(lambda: load_amazon(reviews, meta), reviews, "line 2", "not numeric")
+    raises_file_error(lambda: load_amazon(reviews, meta), reviews, "line 2", f"={value!r} is not a number")
 
 
 def test_amazon_metadata_without_asin(amazon_2014):
