@@ -167,9 +167,13 @@ def iter_json_lines(path: str | Path) -> Iterator[dict]:
     path = existing_file(path)
     n = 0
     try:
-        with _open_text(path) as fh:
-            for n, line in enumerate(fh, 1):
-                line = line.strip()
+        with _open_binary(path) as fh:
+            for n, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8").strip()
+                except UnicodeDecodeError as exc:
+                    raise DataFileError(path, f"line {n}: bytes that are not UTF-8 text "
+                                              f"({exc.object[exc.start:exc.end]!r})") from exc
                 if not line:
                     continue
                 try:
@@ -179,9 +183,6 @@ def iter_json_lines(path: str | Path) -> Iterator[dict]:
                 if not isinstance(record, dict):
                     raise DataFileError(path, f"line {n}: expected a JSON object")
                 yield record
-    except UnicodeDecodeError as exc:
-        raise DataFileError(path, f"line {n + 1}: bytes that are not UTF-8 text "
-                                  f"({exc.object[exc.start:exc.end]!r})") from exc
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise DataFileError(path, f"damaged or truncated gzip data after line {n} "
                                   f"({type(exc).__name__}: {exc})") from exc
@@ -190,13 +191,11 @@ def iter_json_lines(path: str | Path) -> Iterator[dict]:
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _open_text(path: Path):
-    """A UTF-8 text stream; gzip when the file starts with the gzip magic bytes."""
+def _open_binary(path: Path):
+    """A byte stream of the file's content; decompressed when it starts with the gzip magic bytes."""
     with open(path, "rb") as fh:
         compressed = fh.read(2) == GZIP_MAGIC
-    if compressed:
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+    return gzip.open(path, "rb") if compressed else open(path, "rb")
 
 
 def no_duplicates(df: pd.DataFrame, column: str, path: str | Path) -> None:

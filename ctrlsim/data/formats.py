@@ -248,7 +248,8 @@ def _json_number(value, path: Path, line: int, field: str, low: float, high: flo
     number = float("nan")
     if isinstance(value, (int, float, str)) and not isinstance(value, bool):
         number = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
-    bad = first_bad_number(pd.Series([value]), pd.Series([number]), low=low, high=high)
+    # The value itself is present (a JSON NaN is a value, not a missing field).
+    bad = first_bad_number(pd.Series([repr(value)]), pd.Series([number]), low=low, high=high)
     if bad is not None:
         raise DataFileError(path, f"line {line}: {field}={value!r} {bad[1]}")
     return float(number)

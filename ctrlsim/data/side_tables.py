@@ -75,8 +75,11 @@ def attach_tag_votes(dataset: Dataset, path: str | Path, *, threshold: float = 0
     path = Path(path)
     df = read_delimited(path, sep=_sep(path))
     tag_col = _pick(df, ("tag", "topic", "name"), path, "tag")
-    yes = to_numeric(df, _pick(df, ("yes", "yes_votes", "yesSum"), path, "yes-vote"), path)
-    no = to_numeric(df, _pick(df, ("no", "no_votes", "noSum"), path, "no-vote"), path)
+    # Vote counts: whole numbers, not negative.
+    yes_col = _pick(df, ("yes", "yes_votes", "yesSum"), path, "yes-vote")
+    no_col = _pick(df, ("no", "no_votes", "noSum"), path, "no-vote")
+    yes = to_numeric(df, yes_col, path, low=0, integer=True)
+    no = to_numeric(df, no_col, path, low=0, integer=True)
     total = yes + no
     share = yes.where(total > 0, 0) / total.where(total > 0, 1)
     ids = _map_ids(df, path, links)
@@ -95,7 +98,9 @@ def attach_tag_scores(dataset: Dataset, scores_path: str | Path, tags_path: str 
     """
     scores_path = Path(scores_path)
     df = read_delimited(scores_path, sep=_sep(scores_path))
-    rel = to_numeric(df, _pick(df, ("relevance", "score"), scores_path, "relevance"), scores_path)
+    # The tag genome's relevance is a score in [0, 1].
+    rel = to_numeric(df, _pick(df, ("relevance", "score"), scores_path, "relevance"), scores_path,
+                     low=0.0, high=1.0)
     ids = _map_ids(df, scores_path, None)
     if "tag" in df.columns:
         tags = df["tag"]
