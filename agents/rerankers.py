@@ -1,11 +1,11 @@
 """PromptShift's post-hoc rerankers B0-B3 (Gan & Dong, sections 4.5 and 5.3) as policies.
 
-A reranker maps one candidate pool - catalogue indices in LLM order (-1 for an
-unmatched title, -2 for an empty slot), the user's slice and prompt history -
-plus the slice table to a new order of the pool; as a `PromptShiftEnv` policy
-it returns that order as an action (one score per slot in [-1, 1], highest
-first). Candidate and history indices are slice-table rows (the env builds the
-table in catalogue order).
+A reranker maps one candidate pool - catalogue indices in LLM order
+(UNMATCHED_SLOT for an unmatched title, EMPTY_SLOT for an empty slot), the
+user's slice and prompt history - plus the slice table to a new order of the
+pool; as a `PromptShiftEnv` policy it returns that order as an action (one
+score per slot in [-1, 1], highest first). Candidate and history indices are
+slice-table rows (the slice table is built in catalogue order).
 
     B0  Original      the LLM order.
     B1  All-user      score = alpha r_i + (1 - alpha) (1 - phi(i, *)), fixed alpha.
@@ -24,7 +24,7 @@ gamma = 0.2, [alpha_min, alpha_max] = [0.5, 0.9], epsilon = 1e-12. The paper
 gives no value for B1/B2's fixed alpha; we use alpha0 = 0.7, and - since it
 names the protected prefix as part of B3 only - B1/B2 protect no prefix. The
 paper selects reranking parameters on validation data: `select_params` does
-that over `PARAM_GRID` (see its docstring for the criterion).
+that over `PARAM_GRID` against validation positives only (see its docstring).
 """
 from __future__ import annotations
 
@@ -34,9 +34,14 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ctrlsim.errors import ConfigError
-from ctrlsim.metrics.promptshift import STAR, SliceTable, adaptive_alpha, retention_score
-
-EMPTY, UNMATCHED = -2, -1
+from ctrlsim.metrics.promptshift import (
+    EMPTY_SLOT,
+    STAR,
+    UNMATCHED_SLOT,
+    SliceTable,
+    adaptive_alpha,
+    retention_score,
+)
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,10 @@ def arrange(candidates: np.ndarray, scores: np.ndarray | None, protected_prefix:
     score, ties by original rank. `scores=None` keeps the original order.
     """
     candidates = np.asarray(candidates)
-    filled = [int(s) for s in np.flatnonzero(candidates != EMPTY)]
+    filled = [int(s) for s in np.flatnonzero(candidates != EMPTY_SLOT)]
     if scores is None or not filled:
         return np.array(filled, dtype=np.int64)
-    fixed = {pos for pos, s in enumerate(filled) if pos < protected_prefix or candidates[s] == UNMATCHED}
+    fixed = {pos for pos, s in enumerate(filled) if pos < protected_prefix or candidates[s] == UNMATCHED_SLOT}
     movable = sorted((filled[pos] for pos in range(len(filled)) if pos not in fixed),
                      key=lambda s: (-float(scores[s]), s))
     out, it = list(filled), iter(movable)
@@ -109,7 +114,7 @@ class Reranker:
 
     `slice_names` maps the observation's `slice` index to a slice id, and
     `slice_means` a slice id to phi_bar_s of its scenario (B3 only); use
-    `for_env(env)` to take both from a `PromptShiftEnv`.
+    `for_env(env)` to take both from a `PromptShiftEnv` or a `PromptShiftEngine`.
     """
 
     name = "B?"
@@ -124,7 +129,7 @@ class Reranker:
     @classmethod
     def for_env(cls, env, **kwargs) -> "Reranker":
         env = getattr(env, "unwrapped", env)
-        return cls(env.slice_table, slice_names=env.slice_names, slice_means=env.data.slice_means(), **kwargs)
+        return cls(env.slice_table, slice_names=env.slice_names, slice_means=env.slice_means, **kwargs)
 
     @property
     def config(self) -> dict:
@@ -205,8 +210,8 @@ class PromptShiftReranker(Reranker):
         phi = self.table.phi_rows(hist[hist >= 0], slice_id)
         phi_u = float(phi.mean()) if phi.size else float("nan")
         p = self.params
-        return adaptive_alpha(phi_u, self.slice_means[slice_id], alpha0=p.alpha0, gamma=p.gamma, epsilon=p.epsilon,
-                              alpha_min=p.alpha_min, alpha_max=p.alpha_max)
+        return adaptive_alpha(phi_u, self.slice_means[slice_id], alpha0=p.alpha0, gamma=p.gamma,
+                              epsilon=p.epsilon, alpha_min=p.alpha_min, alpha_max=p.alpha_max)
 
     def protected(self) -> int:
         return self.params.protected_prefix
@@ -233,7 +238,8 @@ def make_reranker(name: str, table: SliceTable, *, params: RerankParams = PAPER_
     raise ConfigError(f"unknown reranker {name!r}; choose from {VARIANTS}")
 
 
-def param_grid(grid: Mapping[str, Iterable] = PARAM_GRID, base: RerankParams = PAPER_PARAMS) -> list[RerankParams]:
+def param_grid(grid: Mapping[str, Iterable] = PARAM_GRID,
+               base: RerankParams = PAPER_PARAMS) -> list[RerankParams]:
     """Every combination of `grid` values applied to `base`."""
     points = [base]
     for key, values in grid.items():
@@ -244,15 +250,16 @@ def param_grid(grid: Mapping[str, Iterable] = PARAM_GRID, base: RerankParams = P
 def select_params(evaluate: Callable[[RerankParams], Mapping[str, float]], baseline: Mapping[str, float], *,
                   grid: Mapping[str, Iterable] = PARAM_GRID, k: int = 20,
                   base: RerankParams = PAPER_PARAMS) -> tuple[RerankParams, list[dict]]:
-    """Choose B3's parameters on validation data.
+    """Choose B3's parameters on validation data (the paper states no criterion).
 
-    `evaluate(params)` returns B3's mean validation metrics ("abs_slice_shift"
-    = mean |s_u|, "hit_rate@k", "difficulty@k"), `baseline` B0's. Criterion
-    (the paper states none): among grid points whose HitRate@k is not below
-    B0's, the smallest mean |SliceShift|, ties by the higher Difficulty@k, then
-    by `base` (the paper's values) over any other point; with no such point,
-    `base`. Returns the choice and every point's
-    metrics.
+    `evaluate(params)` returns B3's mean metrics against the validation
+    positives ("difficulty@k", "hit_rate@k"), `baseline` B0's. Criterion: among
+    grid points whose validation HitRate@k is not below B0's, the highest
+    validation Difficulty@k; ties go to `base` (the paper's values), then to
+    the first point of the grid. With no such point, `base`. Only held-out
+    validation items enter: SliceShift is never an objective, because it has no
+    held-out part - it is computed on exactly the lists that are reported.
+    Returns the choice and every point's metrics.
     """
     rows, best, best_key = [], None, None
     for params in param_grid(grid, base):
@@ -260,11 +267,12 @@ def select_params(evaluate: Callable[[RerankParams], Mapping[str, float]], basel
         rows.append({**params.to_dict(), **m})
         if m[f"hit_rate@{k}"] + 1e-12 < baseline[f"hit_rate@{k}"]:
             continue
-        key = (round(m["abs_slice_shift"], 12), -round(m[f"difficulty@{k}"], 12), params != base)
+        key = (-round(m[f"difficulty@{k}"], 12), params != base)
         if best_key is None or key < best_key:
             best, best_key = params, key
     return (best if best is not None else base), rows
 
 
-__all__ = ["FixedWeightReranker", "OriginalOrder", "PAPER_PARAMS", "PARAM_GRID", "PromptShiftReranker", "Reranker",
-           "RerankParams", "VARIANTS", "arrange", "make_reranker", "order_to_action", "param_grid", "select_params"]
+__all__ = ["FixedWeightReranker", "OriginalOrder", "PAPER_PARAMS", "PARAM_GRID", "PromptShiftReranker",
+           "Reranker", "RerankParams", "VARIANTS", "arrange", "make_reranker", "order_to_action",
+           "param_grid", "select_params"]

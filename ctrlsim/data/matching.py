@@ -9,6 +9,9 @@ Catalogue titles with an alternative title in parentheses ("Seven (Se7en)",
 "Big Blue, The (Grand bleu, Le)") are indexed under the full title, the main
 title and the alternative title.
 
+Track catalogues (an `artist` column, as Last.fm's) are also indexed under
+"Artist - Title", the form the music prompt asks for.
+
 Order: exact match on the normalised title (preferring catalogue items whose
 year agrees with a generated year, then the more popular item), then the same
 without any leading article, then fuzzy matching with rapidfuzz above a
@@ -34,7 +37,8 @@ _ARTICLE_ALT = "|".join(re.escape(a) for a in sorted(ARTICLES, key=len, reverse=
 _TRAILING_ARTICLE = re.compile(rf"^(?P<body>.+?),\s*(?P<art>{_ARTICLE_ALT})$", re.IGNORECASE)
 # Leading words dropped for the article-free fallback key (on normalised keys, so "l'" is "l").
 # German articles are left alone: "Die Hard" must not become "hard".
-_BARE_ARTICLES = frozenset({"the", "a", "an", "il", "la", "le", "les", "l", "el", "los", "las", "lo", "un", "une"})
+_BARE_ARTICLES = frozenset({"the", "a", "an", "il", "la", "le", "les", "l", "el", "los", "las", "lo", "un",
+                            "une"})
 _YEAR_TAIL = re.compile(r"\s*[\(\[]\s*(?P<year>(?:18|19|20)\d{2})\s*[\)\]]\s*$")
 _PAREN_TAIL = re.compile(r"^(?P<main>.+?)\s*\((?P<alt>[^()]+)\)\s*$")
 
@@ -97,6 +101,19 @@ def display_title(title: str, year=None) -> str:
     return text
 
 
+def track_display(title: str, artist) -> str:
+    """How a track is written in a prompt and by the LLM: "Artist - Title".
+
+    The Last.fm loader stores a track's title as "Title by Artist"; that suffix is dropped.
+    """
+    title = str(title)
+    if artist is None or pd.isna(artist) or not str(artist):
+        return title
+    suffix = f" by {artist}"
+    track = title[: -len(suffix)] if title.endswith(suffix) and len(title) > len(suffix) else title
+    return f"{artist} - {track}"
+
+
 def _fold(text: str) -> str:
     text = unicodedata.normalize("NFKD", text)
     return "".join(ch for ch in text if not unicodedata.combining(ch))
@@ -157,12 +174,17 @@ class TitleMatcher:
         self._exact: dict[str, list[str]] = {}
         self._bare: dict[str, list[str]] = {}
         pops = items["popularity"] if "popularity" in items else pd.Series(0, index=items.index)
-        for n, (iid, title, year, pop) in enumerate(zip(items["item_id"], items["title"], items["year"], pops)):
+        artists = items["artist"] if "artist" in items else pd.Series(None, index=items.index, dtype=object)
+        rows = zip(items["item_id"], items["title"], items["year"], pops, artists)
+        for n, (iid, title, year, pop, artist) in enumerate(rows):
             iid = str(iid)
             self._year[iid] = None if pd.isna(year) else int(year)
             self._pop[iid] = int(pop)
             self._order[iid] = n
-            for key in title_variants(str(title)):
+            keys = title_variants(str(title))
+            if artist is not None and not pd.isna(artist):
+                keys.append(normalize_title(track_display(title, artist)))
+            for key in dict.fromkeys(k for k in keys if k):
                 self._exact.setdefault(key, []).append(iid)
                 self._bare.setdefault(strip_article(key), []).append(iid)
         self._keys = list(self._exact)
@@ -231,5 +253,6 @@ def match_counts(matches: Iterable[Match]) -> dict[str, int]:
     return counts
 
 
-__all__ = ["ARTICLES", "MATCH_KINDS", "Match", "TitleMatcher", "display_title", "match_counts", "natural_order",
-           "normalize_title", "split_year", "strip_article", "title_variants"]
+__all__ = ["ARTICLES", "MATCH_KINDS", "Match", "TitleMatcher", "display_title", "match_counts",
+           "natural_order", "normalize_title", "split_year", "strip_article", "title_variants",
+           "track_display"]

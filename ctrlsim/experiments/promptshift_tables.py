@@ -1,121 +1,201 @@
 """PromptShift Tables 4, 5 and 6 (Gan & Dong, section 5) on a dataset with bundled LLMs, resumable.
 
-Per LLM and sampled user, every identity-cue scenario is one `PromptShiftEnv`
-episode: the env generates L^0, the three paraphrase controls and the cued
-list, and the four rerankers B0-B3 reorder the cued pool. Results go to a
-JSON-lines `ResultStore` as soon as they exist:
+A run samples up to `users` eligible users once (seeded, stratified by the
+gender-age slice) and, per LLM and user, generates the history-only list L^0,
+the three paraphrase controls and one identity-cued list per scenario through
+`ctrlsim.recommenders.promptshift.PromptShiftEngine`. Each (LLM, user) is one
+unit of work; its lists go to `records.jsonl` in the run folder as soon as
+they exist, so a rerun generates nothing twice.
 
-  "<llm>/<user>/controls"     the history-only and paraphrase lists (+ Paraphrase Drift)
-  "<llm>/<user>/<scenario>"   the cued list, its slice, and the metrics of B0-B3
+The tables are computed from the stored lists (`promptshift_report`): the
+fuzzy matching threshold and B3's parameters are chosen on the validation
+positives and frozen, then the test positives are read once. Layouts: Table 4
+(Paraphrase Drift, Cue Drift, Delta d, SliceShift per dataset-model), Table 5
+(B0 vs B3 per dataset-model), Table 6 (B0-B3 macro means over settings).
 
-A rerun with the same config skips finished keys and refills the env's list
-cache from the stored lists, so nothing already generated is generated again.
-Tables are computed from the stored lists at the end (with the paper's
-reranking parameters, or with parameters chosen on the validation split when
-`select_on_validation` is set).
-
-Layouts: Table 4 (Paraphrase Drift, Cue Drift, Delta d, SliceShift per
-dataset-model), Table 5 (B0 vs B3 per dataset-model), Table 6 (B0-B3, macro
-means over dataset-model settings). Cue Drift, SliceShift and Tables 5/6 are
-means over the scenarios of per-scenario user means. The paper reports no
-significance tests; we add one-tailed paired t-tests for its claims
-(Delta d > 0, SliceShift > 0, and B1-B3 against B0 per metric).
-
-Users: up to `n_users` eligible users, sampled once with the config's seed and
-stratified by the gender-age slice (one per stratum first, the rest
-proportionally), so every sampled user runs every scenario.
+    ctrlsim promptshift --llms qwen2.5-0.5b --users 8 --out results/promptshift
 """
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
-from tabulate import tabulate
-from tqdm import tqdm
 
-from ctrlsim.agents.rerankers import PAPER_PARAMS, PARAM_GRID, VARIANTS, RerankParams, make_reranker, select_params
-from ctrlsim.backends import LLM
-from ctrlsim.data import load_dataset
-from ctrlsim.data.splits import SCENARIOS
-from ctrlsim.envs.promptshift_env import PromptShiftData, PromptShiftEnv
+from ctrlsim.agents.rerankers import PAPER_PARAMS, PARAM_GRID
+from ctrlsim.backends import LLM, load_llm
+from ctrlsim.data import identity_slices, load_dataset
+from ctrlsim.data.promptshift import PromptShiftData, is_music
+from ctrlsim.data.splits import AGE_GROUPS, SCENARIOS
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments.store import ResultStore
-from ctrlsim.metrics import paired_t_test
-from ctrlsim.recommenders.llm_lists import GeneratedList
+from ctrlsim.experiments.config import (
+    RunOptions,
+    add_config_arguments,
+    check_choice,
+    check_choices,
+    check_range,
+    config_from_args,
+    config_to_dict,
+)
+from ctrlsim.experiments.executor import executor_from_options, is_failure, worker_cache
+from ctrlsim.experiments.promptshift_report import (
+    MATCH_THRESHOLDS,
+    evaluate_users,
+    figures,
+    format_tables,
+    macro_table,
+    rerankers,
+    select_b3_params,
+    select_match_threshold,
+    summarise,
+    user_conditions,
+)
+from ctrlsim.experiments.runfolder import RunFolder
+from ctrlsim.recommenders.llm_lists import DOMAINS, REQUEST, GeneratedList
+from ctrlsim.recommenders.promptshift import PromptShiftEngine
 from ctrlsim.seeding import derive_rng
 
 DEFAULT_RUN_LLM = "qwen2.5-0.5b"
-VARIANT_LABELS = {"B0": "Original", "B1": "All-user-fixed", "B2": "Slice-fixed", "B3": "PromptShift"}
-DATASET_LABELS = {"ml-100k": "MovieLens 100K", "ml-1m": "MovieLens 1M"}
+MOVIE_POSITIVE, PLAY_POSITIVE = 4.0, 2.0  # rating >= 4 (explicit feedback); >= 2 plays (Last.fm)
 
 
-@dataclass
-class PromptShiftRunConfig:
-    """Everything that determines the results (stored with them), plus `out` and `llm_cache`.
+@dataclass(frozen=True)
+class PromptShiftConfig:
+    """Everything that determines a PromptShift run's results (stored in its config.json)."""
 
-    `params` are B3's reranking parameters (the paper's by default);
-    `select_on_validation` replaces them by the best point of
-    `agents.rerankers.PARAM_GRID` on the validation split when the tables are
-    computed (the stored lists are the same either way).
-    """
-
-    llms: tuple[str, ...] = (DEFAULT_RUN_LLM,)
-    dataset: str = "ml-100k"
-    n_users: int = 8
-    seed: int = 0
-    scenarios: tuple[str, ...] = SCENARIOS
-    n_candidates: int = 30
-    k: int = 20
-    history_len: int = 25
-    min_fit_positives: int = 25
-    positive_threshold: float | None = 4.0
-    p: float = 0.9
-    rho: float = 0.2
-    match_threshold: float = 90.0
-    max_tokens: int | None = None
-    temperature: float = 0.0
-    exclude_history: bool = False
-    params: dict = field(default_factory=PAPER_PARAMS.to_dict)
-    select_on_validation: bool = False
-    out: str = "results/promptshift.jsonl"
-    llm_cache: str | None = None
+    llms: tuple[str, ...] = field(default=(DEFAULT_RUN_LLM,), metadata={"help": "LLM specs, comma-separated"})
+    dataset: str = field(default="ml-100k", metadata={
+        "help": "dataset name or path (e.g. a Last.fm-1K folder)"})
+    users: int = field(default=8, metadata={"help": "users to sample (the paper: up to 600)"})
+    seed: int = field(default=0, metadata={"help": "seed of the stratified user sample"})
+    scenarios: tuple[str, ...] = field(default=SCENARIOS, metadata={"help": "identity-cue scenarios",
+                                                                    "choices": list(SCENARIOS)})
+    n_candidates: int = field(default=30, metadata={"help": "N, titles asked of the LLM per list"})
+    k: int = field(default=20, metadata={"help": "K, the evaluated list length"})
+    history_len: int = field(default=25, metadata={"help": "|H_u|, fit positives in the prompt"})
+    min_fit_positives: int = field(default=25, metadata={"help": "fit positives a user needs"})
+    positive_threshold: float | None = field(default=None, metadata={
+        "help": f"rating (or play count) a positive needs; none: {MOVIE_POSITIVE:g} for ratings, "
+                f"{PLAY_POSITIVE:g} plays for listening data"})
+    domain: str | None = field(default=None, metadata={"help": "prompts; none: music for track catalogues",
+                                                       "choices": list(DOMAINS)})
+    p: float = field(default=0.9, metadata={"help": "RBO persistence"})
+    rho: float = field(default=0.2, metadata={"help": "Difficulty@K rank bonus"})
+    match_threshold: float | None = field(default=None, metadata={
+        "help": f"fuzzy title-matching threshold; none: chosen on validation from {MATCH_THRESHOLDS}"})
+    select_on_validation: bool = field(default=True, metadata={
+        "help": "choose B3's parameters on validation positives (else the paper's values)"})
+    max_tokens: int | None = field(default=None, metadata={"help": "reply budget; none: 16 per title + 32"})
+    temperature: float = field(default=0.0, metadata={"help": "sampling temperature (0: greedy)"})
+    exclude_history: bool = field(default=False, metadata={"help": "drop generated items already in H_u"})
+    unmatched: str = field(default="zero", metadata={"help": "unmatched titles in SliceShift: count as 0 "
+                                                            "or skip", "choices": ["zero", "skip"]})
+    llm_cache: str | None = field(default=None, metadata={
+        "help": "response-cache file for the LLMs (sqlite); does not change results"})
 
     def __post_init__(self):
         if isinstance(self.llms, str):
-            self.llms = (self.llms,)
-        self.llms, self.scenarios = tuple(self.llms), tuple(self.scenarios)
-        if not self.llms:
-            raise ConfigError("at least one LLM is needed")
-        if not 1 <= self.n_users:
-            raise ConfigError(f"n_users must be >= 1, got {self.n_users}")
-        RerankParams(**self.params)  # validates
+            object.__setattr__(self, "llms", (self.llms,))
+        object.__setattr__(self, "llms", tuple(self.llms))
+        object.__setattr__(self, "scenarios", tuple(self.scenarios))
+        if not self.llms or any(not isinstance(s, str) or not s.strip() for s in self.llms):
+            raise ConfigError(f"llms needs at least one non-empty model spec, got {self.llms!r}")
+        check_choices("llms", self.llms, self.llms)  # no spec twice
+        if not isinstance(self.dataset, str) or not self.dataset.strip():
+            raise ConfigError(f"dataset must be a name or path, got {self.dataset!r}")
+        check_choices("scenarios", self.scenarios, SCENARIOS)
+        for name, low in (("users", 1), ("n_candidates", 1), ("k", 1), ("history_len", 1),
+                          ("min_fit_positives", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be an integer, got {value!r}")
+            check_range(name, value, low=low)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.k > self.n_candidates:
+            raise ConfigError(f"k ({self.k}) must not exceed n_candidates ({self.n_candidates})")
+        if self.min_fit_positives < self.history_len:
+            raise ConfigError(f"min_fit_positives ({self.min_fit_positives}) must be >= history_len "
+                              f"({self.history_len}) so every prompt holds the full history")
+        if self.positive_threshold is not None:
+            check_range("positive_threshold", self.positive_threshold)
+        if self.domain is not None:
+            check_choice("domain", self.domain, DOMAINS)
+        if not 0 < self.p < 1:
+            raise ConfigError(f"p must be in (0, 1), got {self.p!r}")
+        check_range("rho", self.rho, low=0)
+        if self.match_threshold is not None:
+            check_range("match_threshold", self.match_threshold, low=0, high=100)
+        if self.max_tokens is not None:
+            check_range("max_tokens", self.max_tokens, low=1)
+        check_range("temperature", self.temperature, low=0)
+        check_choice("unmatched", self.unmatched, ("zero", "skip"))
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("out")
+    def identity(self) -> dict:
+        """What the results depend on (the response cache does not change them)."""
+        d = config_to_dict(self)
         d.pop("llm_cache")
         return d
 
-    def store_config(self) -> dict:
-        """What the stored records depend on (selection happens afterwards, from the stored lists)."""
-        d = self.to_dict()
-        d.pop("select_on_validation")
-        return d
 
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "PromptShiftRunConfig":
-        return cls(**dict(d))
+# ------------------------------------------------------------------ choices
+def build_data(cfg: PromptShiftConfig) -> PromptShiftData:
+    """The dataset's PromptShift preparation (cached per process: the driver and local units share it)."""
+    key = "promptshift-data:" + json.dumps([cfg.dataset, cfg.scenarios, cfg.positive_threshold,
+                                            cfg.history_len, cfg.min_fit_positives])
+
+    def factory() -> PromptShiftData:
+        dataset = load_dataset(cfg.dataset)
+        threshold = cfg.positive_threshold
+        if threshold is None:
+            threshold = PLAY_POSITIVE if is_music(dataset) else MOVIE_POSITIVE
+        return PromptShiftData.build(dataset, scenarios=cfg.scenarios, positive_threshold=threshold,
+                                     history_len=cfg.history_len, min_fit_positives=cfg.min_fit_positives)
+    return worker_cache(key, factory)
+
+
+def protocol_choices(cfg: PromptShiftConfig, data: PromptShiftData) -> dict:
+    """Every choice the paper leaves open, as this run makes it (printed in config.json and tables.md)."""
+    domain = cfg.domain or data.domain
+    return {
+        "domain": domain,
+        "positives": f"{'play count' if data.domain == 'music' else 'rating'} >= {data.positive_threshold:g}",
+        "split": "per user by time: first round(0.72 n) fit, up to round(0.80 n) validation, rest test",
+        "eligible users": f"{len(data.eligible)} (>= {data.min_fit_positives} fit positives, "
+                          ">= 1 test positive, a slice in every scenario)",
+        "user sample": "seeded; one user per gender-age slice first, the rest proportional to slice size",
+        "age groups": ", ".join(f"{name} [{lo}, {hi})" for name, lo, hi in AGE_GROUPS),
+        "request sentence": REQUEST[domain].format(n=cfg.n_candidates),
+        "decoding": f"temperature {cfg.temperature}, max_tokens "
+                    f"{cfg.max_tokens or 16 * cfg.n_candidates + 32}, stop at line N+1",
+        "matching": "exact on normalised titles, then without leading article, then rapidfuzz "
+                    "token_sort_ratio" + (
+                        f" >= {cfg.match_threshold:g} (fixed)" if cfg.match_threshold is not None else
+                        f" >= the threshold of {MATCH_THRESHOLDS} whose matches hit the most validation "
+                        "positives (ties: the strictest)"),
+        "duplicates": "a later title matching an item already in the list is dropped",
+        "history items in lists": "dropped" if cfg.exclude_history else "kept (as in the paper)",
+        "unmatched titles": "SliceShift: " + ("contribute 0 and count in |L|" if cfg.unmatched == "zero"
+                                              else "skipped")
+                            + "; RBO: agree when their normalised titles agree; never a hit; B1-B3 keep "
+                              "their slots",
+        "RBO": "Webber et al.'s extrapolated RBO over the top K; lists of unequal length use its "
+               "uneven-list form",
+        "phi_bar_s": "mean of phi_bar_u over the sampled users (U_s)",
+        "B1/B2": f"fixed alpha = alpha0 = {PAPER_PARAMS.alpha0}, no protected prefix",
+        "B3 parameters": (f"chosen on validation over {PARAM_GRID}: highest validation Difficulty@K with "
+                          "HitRate@K >= B0's (ties: the paper's values)") if cfg.select_on_validation
+                         else "the paper's values",
+        "t-tests": "one-tailed paired t-tests (our addition); 'undefined' when every difference is equal",
+    }
 
 
 # ------------------------------------------------------------------- sample
 def sample_users(data: PromptShiftData, n_users: int, seed: int) -> list[str]:
     """Scenario-stratified sample (strata: gender-age slices) of eligible users, fixed by `seed`."""
-    from ctrlsim.data import identity_slices
-
     cross = identity_slices(data.dataset, "gender_age")
     strata: dict[str, list[str]] = {}
     for u in data.eligible:
@@ -146,286 +226,134 @@ def sample_users(data: PromptShiftData, n_users: int, seed: int) -> list[str]:
     return [chosen[i] for i in rng.permutation(len(chosen))]
 
 
-# ---------------------------------------------------------------- evaluation
-def _rerankers(env: PromptShiftEnv, params: RerankParams, b3_params: RerankParams | None = None) -> dict:
-    """B0-B3; `b3_params` (validation-selected) replace `params` for B3 only."""
-    kw = {"slice_names": env.slice_names, "slice_means": env.data.slice_means()}
-    return {v: make_reranker(v, env.slice_table, params=b3_params if v == "B3" and b3_params else params, **kw)
-            for v in VARIANTS}
+# --------------------------------------------------------------------- units
+def llm_cache_name(spec: str, cache: str | None) -> str:
+    return f"llm:{spec}:{cache}"
 
 
-def _variant_metrics(env: PromptShiftEnv, obs: dict, rerankers: Mapping, part: str = "test") -> dict:
-    slice_id = env.slice_names[int(obs["slice"])]
-    return {v: env.evaluate(r.order(obs["candidates"], slice_id, obs["history"]), part=part)
-            for v, r in rerankers.items()}
+def _engine(cfg: PromptShiftConfig, data: PromptShiftData, llm: str | LLM, users=None,
+            match_threshold: float = 90.0) -> PromptShiftEngine:
+    return PromptShiftEngine(data, llm, users=users, n_candidates=cfg.n_candidates, k=cfg.k, p=cfg.p,
+                             rho=cfg.rho, match_threshold=match_threshold, max_tokens=cfg.max_tokens,
+                             temperature=cfg.temperature, domain=cfg.domain,
+                             exclude_history=cfg.exclude_history, unmatched=cfg.unmatched)
+
+
+def generate_user_lists(cfg: PromptShiftConfig, key: str) -> dict:
+    """Unit of work "<llm>/<user>": the user's L^0, P1-P3 and one cued list per scenario."""
+    llm_spec, _, user = key.rpartition("/")
+    data = build_data(cfg)
+    llm = worker_cache(llm_cache_name(llm_spec, cfg.llm_cache),
+                       lambda: load_llm(llm_spec, cache=cfg.llm_cache))
+    engine = _engine(cfg, data, llm, users=[user])
+    lists, usage = engine.lists_for(user, user_conditions(engine, user))
+    return {"user": user, "llm": llm.identity, "lists": [c.generated.to_dict() for c in lists],
+            "tokens": usage}
 
 
 def _generated(d: Mapping) -> GeneratedList:
-    return GeneratedList(d["condition"], list(d["titles"]), d["text"], d["prompt_tokens"], d["completion_tokens"],
-                         d.get("raw_count", 0), d.get("error"))
+    return GeneratedList(d["condition"], list(d["titles"]), d["text"], d["prompt_tokens"],
+                         d["completion_tokens"], d.get("raw_count", 0), d.get("error"))
 
 
-def _make_env(cfg: PromptShiftRunConfig, data: PromptShiftData, llm) -> PromptShiftEnv:
-    return PromptShiftEnv(llm, data=data, n_candidates=cfg.n_candidates, k=cfg.k, p=cfg.p, rho=cfg.rho,
-                          match_threshold=cfg.match_threshold, max_tokens=cfg.max_tokens,
-                          temperature=cfg.temperature, exclude_history=cfg.exclude_history,
-                          llm_cache=cfg.llm_cache)
+# ----------------------------------------------------------------------- run
+def run(config: PromptShiftConfig, options: RunOptions | None = None, *,
+        llms: Mapping[str, LLM] | None = None, stop_after_users: int | None = None,
+        show_progress: bool = True) -> dict:
+    """Run (or resume) the PromptShift tables into `options.out`; returns the summary `format_tables` prints.
 
-
-def _preload(env: PromptShiftEnv, records: Mapping[str, dict], llm_name: str, users: Sequence[str]) -> None:
-    """Put the stored lists of `users` into the env's list cache (no LLM call needed for them)."""
-    for user in users:
-        controls = records.get(f"{llm_name}/{user}/controls")
-        if controls:
-            for d in controls["lists"]:
-                env.preload(user, _generated(d))
-        for s in env.scenarios:
-            rec = records.get(f"{llm_name}/{user}/{s}")
-            if rec:
-                env.preload(user, _generated(rec["cue_list"]))
-
-
-def _run_user(env: PromptShiftEnv, store: ResultStore, llm_name: str, user: str, params: RerankParams) -> None:
-    rerankers = _rerankers(env, params)
-    for s in env.scenarios:
-        key = f"{llm_name}/{user}/{s}"
-        if key in store:
-            continue
-        obs, info = env.reset(options={"user_id": user, "scenario": s})
-        ep = env.episode
-        ckey = f"{llm_name}/{user}/controls"
-        if ckey not in store:
-            para = [env.list_drift(pl) for pl in ep.paraphrases]
-            store.add(ckey, {"user": user, "lists": [c.generated.to_dict() for c in (ep.reference, *ep.paraphrases)],
-                             "paraphrase_drifts": para, "paraphrase_drift": float(np.mean(para)),
-                             "matches": {c.condition: c.counts() for c in (ep.reference, *ep.paraphrases)}})
-        store.add(key, {
-            "user": user, "scenario": s, "slice": ep.slice_id,
-            "mainstreamness": info["mainstreamness"], "scenario_mainstreamness": info["scenario_mainstreamness"],
-            "cue_list": ep.cue.generated.to_dict(), "matches": ep.cue.counts(),
-            "metrics": _variant_metrics(env, obs, rerankers),
-        })
-
-
-def _records_by_setting(store: ResultStore, llm_name: str, users: Sequence[str], scenarios: Sequence[str]):
-    recs = dict(store.records())
-    cue = [recs[f"{llm_name}/{u}/{s}"] for u in users for s in scenarios if f"{llm_name}/{u}/{s}" in recs]
-    controls = [recs[f"{llm_name}/{u}/controls"] for u in users if f"{llm_name}/{u}/controls" in recs]
-    return cue, controls
-
-
-def _recompute(env: PromptShiftEnv, cue_records: list[dict], params: RerankParams, part: str,
-               b3_params: RerankParams | None = None) -> list[dict]:
-    """B0-B3 metrics of every stored (user, scenario) from the lists preloaded into `env` (no LLM call)."""
-    rerankers = _rerankers(env, params, b3_params)
-    out = []
-    for rec in cue_records:
-        obs, _ = env.reset(options={"user_id": rec["user"], "scenario": rec["scenario"]})
-        out.append({**rec, "metrics": _variant_metrics(env, obs, rerankers, part)})
-    return out
-
-
-def _scenario_macro(records: list[dict], variant: str, metric: str, scenarios: Sequence[str]) -> float:
-    """Mean over scenarios of the per-scenario mean over users."""
-    means = []
-    for s in scenarios:
-        vals = [r["metrics"][variant][metric] for r in records if r["scenario"] == s]
-        if vals:
-            means.append(float(np.mean(vals)))
-    return float(np.mean(means)) if means else float("nan")
-
-
-def _metric_names(k: int) -> list[str]:
-    return ["drift", "slice_shift", f"difficulty@{k}", f"hit_rate@{k}", f"mrr@{k}", f"ndcg@{k}"]
-
-
-def _summarise(cfg: PromptShiftRunConfig, llm_name: str, identity: dict, records: list[dict],
-               controls: list[dict], selection: dict | None) -> dict:
-    k, scen = cfg.k, cfg.scenarios
-    metrics = _metric_names(k)
-    variants = {v: {m: _scenario_macro(records, v, m, scen) for m in metrics} for v in VARIANTS}
-    para = float(np.mean([c["paraphrase_drift"] for c in controls])) if controls else float("nan")
-    cue_drift = variants["B0"]["drift"]
-    per_scenario = {s: {"cue_drift": float(np.mean([r["metrics"]["B0"]["drift"] for r in records
-                                                     if r["scenario"] == s] or [np.nan])),
-                        "slice_shift": float(np.mean([r["metrics"]["B0"]["slice_shift"] for r in records
-                                                      if r["scenario"] == s] or [np.nan])),
-                        "users": sum(1 for r in records if r["scenario"] == s)} for s in scen}
-    # Significance (our addition): per-user means over scenarios, paired across users.
-    by_user: dict[str, list[dict]] = {}
-    for r in records:
-        by_user.setdefault(r["user"], []).append(r)
-    para_by_user = {c["user"]: c["paraphrase_drift"] for c in controls}
-    users = [u for u in by_user if u in para_by_user]
-    cue_u = [float(np.mean([r["metrics"]["B0"]["drift"] for r in by_user[u]])) for u in users]
-    para_u = [para_by_user[u] for u in users]
-    tests = {
-        "delta_d>0": paired_t_test(cue_u, para_u, alternative="greater").__dict__,
-        "slice_shift>0": paired_t_test([r["metrics"]["B0"]["slice_shift"] for r in records],
-                                       alternative="greater").__dict__,
-    }
-    better = {"drift": "less", "slice_shift": "less", f"difficulty@{k}": "greater", f"hit_rate@{k}": "greater",
-              f"mrr@{k}": "greater", f"ndcg@{k}": "greater"}
-    for v in ("B1", "B2", "B3"):
-        for m, alt in better.items():
-            f = abs if m == "slice_shift" else (lambda x: x)  # SliceShift: closer to zero is better
-            after = [f(r["metrics"][v][m]) for r in records]
-            before = [f(r["metrics"]["B0"][m]) for r in records]
-            name = f"{v} vs B0: {'|slice_shift|' if m == 'slice_shift' else m}"
-            tests[name] = paired_t_test(after, before, alternative=alt).__dict__
-    match_total = {"matched": 0, "total": 0, "in_history": 0, "parse_error": 0}
-    for r in records:
-        for key in match_total:
-            match_total[key] += r["matches"].get(key, 0)
-    for c in controls:
-        for m in c["matches"].values():
-            for key in match_total:
-                match_total[key] += m.get(key, 0)
-    tokens = {"prompt_tokens": sum(r["cue_list"]["prompt_tokens"] for r in records)
-              + sum(d["prompt_tokens"] for c in controls for d in c["lists"]),
-              "completion_tokens": sum(r["cue_list"]["completion_tokens"] for r in records)
-              + sum(d["completion_tokens"] for c in controls for d in c["lists"])}
-    return {
-        "dataset": cfg.dataset, "model": llm_name, "llm": identity, "n_users": len(by_user),
-        "n_records": len(records),
-        "table4": {"paraphrase_drift": para, "cue_drift": cue_drift, "delta_d": cue_drift - para,
-                   "slice_shift": variants["B0"]["slice_shift"]},
-        "per_scenario": per_scenario, "variants": variants, "significance": tests,
-        "matching": {**match_total, "match_rate": match_total["matched"] / max(match_total["total"], 1)},
-        "tokens": tokens, "selection": selection,
-    }
-
-
-# --------------------------------------------------------------------- run
-def run(config: PromptShiftRunConfig | Mapping | None = None, *, llms: Mapping[str, LLM] | None = None,
-        stop_after_users: int | None = None, show_progress: bool = True, overwrite: bool = False) -> dict:
-    """Run (or resume) the PromptShift tables; returns the summary that `format_tables` prints.
-
-    `llms` supplies ready LLM objects by spec name (tests, shared meters);
-    `stop_after_users` ends the run after that many newly processed users, as
-    an interruption would (it is not part of the stored config).
+    `llms` supplies ready LLM objects by spec (tests share one model);
+    `stop_after_users` ends the generation after that many new units, as an
+    interruption would.
     """
-    cfg = config if isinstance(config, PromptShiftRunConfig) else PromptShiftRunConfig.from_dict(config or {})
-    dataset = load_dataset(cfg.dataset)
-    data = PromptShiftData.build(dataset, scenarios=cfg.scenarios, positive_threshold=cfg.positive_threshold,
-                                 history_len=cfg.history_len, min_fit_positives=cfg.min_fit_positives)
-    users = sample_users(data, cfg.n_users, cfg.seed)
-    store = ResultStore(cfg.out, {**cfg.store_config(), "users": users}, overwrite=overwrite)
-    params = RerankParams(**cfg.params)
-    new_users = 0
-    envs = {}
-    complete = True
-    for name in cfg.llms:
-        env = _make_env(cfg, data, (llms or {}).get(name, name))
-        envs[name] = env
-        todo = [u for u in users if any(f"{name}/{u}/{s}" not in store for s in cfg.scenarios)]
-        bar = tqdm(todo, desc=f"PromptShift {name}", unit="user", disable=not show_progress)
-        for user in bar:
-            if stop_after_users is not None and new_users >= stop_after_users:
-                complete = False
-                break
-            _preload(env, dict(store.records()), name, [user])
-            _run_user(env, store, name, user, params)
-            new_users += 1
-        bar.close()
-        if not complete:
-            break
+    options = options or RunOptions(out="results/promptshift")
+    if options.out is None:
+        raise ConfigError("PromptShift needs an output folder (--out)")
+    data = build_data(config)  # loads the dataset only; no model yet
+    users = sample_users(data, config.users, config.seed)
+    choices = protocol_choices(config, data)
+    for name, obj in (llms or {}).items():
+        worker_cache(llm_cache_name(name, config.llm_cache), lambda obj=obj: obj)
+    with RunFolder(options.out, {"config": config.identity(), "users": users, "choices": choices},
+                   overwrite=options.overwrite) as folder:
+        keys = [f"{name}/{u}" for name in config.llms for u in users if f"{name}/{u}" not in folder.store]
+        complete = stop_after_users is None or stop_after_users >= len(keys)
+        keys = keys if complete else keys[:stop_after_users]
+        failed: dict[str, str] = {}
 
+        def on_record(key: str, record: dict) -> None:
+            if is_failure(record):  # not stored: a rerun retries the unit
+                failed[key] = record["error"]
+            else:
+                folder.store.add(key, record)
+
+        if keys:
+            with executor_from_options(options) as executor:
+                executor.run(generate_user_lists, config, keys, on_record, progress=show_progress,
+                             desc="PromptShift users")
+        result = report(config, data, users, dict(folder.store.records()), choices)
+        result.update(complete=complete and not failed, failed=failed, out=str(folder.path))
+        folder.write_json("summary.json", result)
+        folder.write_tables(format_tables(result))
+        for name, fig in figures(result).items():
+            folder.save_figure(fig, name)
+    return result
+
+
+def report(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequence[str], records: Mapping[str, dict],
+           choices: dict) -> dict:
+    """Selection on validation, then test metrics, for every LLM with stored lists."""
     settings = []
-    for name, env in envs.items():
-        cue, controls = _records_by_setting(store, name, users, cfg.scenarios)
-        if not cue:
+    for name in cfg.llms:
+        done = [u for u in users if f"{name}/{u}" in records]
+        if not done:
             continue
-        _preload(env, dict(store.records()), name, users)
-        selection, final_params = None, params
+        engine = _engine(cfg, data, name, users=done, match_threshold=cfg.match_threshold or 90.0)
+        tokens = {"prompt_tokens": 0, "completion_tokens": 0}
+        for u in done:
+            for d in records[f"{name}/{u}"]["lists"]:
+                engine.preload(u, _generated(d))
+                tokens["prompt_tokens"] += d["prompt_tokens"]
+                tokens["completion_tokens"] += d["completion_tokens"]
+        selection: dict = {}
+        if cfg.match_threshold is None:
+            threshold, grid = select_match_threshold(engine, done)
+            selection["match_threshold"], selection["match_grid"] = threshold, grid
+        else:
+            selection["match_threshold"] = cfg.match_threshold
+        b3 = None
         if cfg.select_on_validation:
-            def evaluate(p: RerankParams) -> dict:
-                recs = _recompute(env, cue, params, "valid", b3_params=p)
-                return {**{m: float(np.mean([r["metrics"]["B3"][m] for r in recs])) for m in _metric_names(cfg.k)},
-                        "abs_slice_shift": float(np.mean([abs(r["metrics"]["B3"]["slice_shift"]) for r in recs]))}
-            base_recs = _recompute(env, cue, params, "valid")
-            baseline = {m: float(np.mean([r["metrics"]["B0"][m] for r in base_recs])) for m in _metric_names(cfg.k)}
-            final_params, grid_rows = select_params(evaluate, baseline, grid=PARAM_GRID, k=cfg.k, base=params)
-            selection = {"chosen": final_params.to_dict(), "paper": PAPER_PARAMS.to_dict(), "grid": grid_rows,
-                         "validation_baseline": baseline}
-        records = _recompute(env, cue, params, "test", b3_params=final_params)
-        identity = env.llm.identity if env.llm_loaded else {"spec": name}
-        settings.append(_summarise(cfg, name, identity, records, controls, selection))
-    metrics = _metric_names(cfg.k)
-    table6 = {v: {m: float(np.mean([s["variants"][v][m] for s in settings])) if settings else float("nan")
-                  for m in metrics} for v in VARIANTS}
-    return {"config": {**cfg.to_dict(), "out": cfg.out}, "users": users, "complete": complete,
-            "records": len(store), "settings": settings, "table6": table6}
+            b3, selection["b3"] = select_b3_params(engine, done, PAPER_PARAMS, cfg.k)
+        test = evaluate_users(engine, done, rerankers(engine, PAPER_PARAMS, b3), "test")
+        identity = records[f"{name}/{done[0]}"].get("llm", {"spec": name})
+        settings.append(summarise(data.dataset.name, name, identity, test, cfg.k, cfg.scenarios, selection,
+                                  tokens))
+    return {"config": config_to_dict(cfg), "users": list(users), "choices": choices, "settings": settings,
+            "table6": macro_table(settings, cfg.k), "records": len(records)}
 
 
-# ------------------------------------------------------------------ format
-def _f(x: float) -> str:
-    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4f}"
-
-
-def format_tables(result: Mapping) -> str:
-    """Tables 4, 5 and 6 in the paper's layout (plus sample sizes and our significance tests)."""
-    k = result["config"]["k"]
-    metrics = _metric_names(k)
-    heads = ["Drift ↓", "SliceShift → 0", f"Difficulty@{k} ↑", f"HitRate@{k} ↑", f"MRR@{k} ↑", f"NDCG@{k} ↑"]
-    out = []
-    rows4 = [[DATASET_LABELS.get(s["dataset"], s["dataset"]), s["model"], _f(s["table4"]["paraphrase_drift"]),
-              _f(s["table4"]["cue_drift"]), _f(s["table4"]["delta_d"]), _f(s["table4"]["slice_shift"]),
-              s["n_users"], f"{s['matching']['match_rate']:.2f}"] for s in result["settings"]]
-    out.append("Table 4: Prompt-effect results (Cue Drift and SliceShift averaged across scenarios)\n" + tabulate(
-        rows4, headers=["Dataset", "Model", "Paraphrase Drift", "Cue Drift", "Δd", "SliceShift", "Users",
-                        "Match rate"], tablefmt="github", disable_numparse=True))
-    rows5 = []
-    for s in result["settings"]:
-        for v in ("B0", "B3"):
-            rows5.append([DATASET_LABELS.get(s["dataset"], s["dataset"]), s["model"], v]
-                         + [_f(s["variants"][v][m]) for m in metrics])
-    out.append("Table 5: B0 vs B3 per dataset-model (averaged across scenarios)\n" + tabulate(
-        rows5, headers=["Dataset", "Model", "Variant", *heads], tablefmt="github", disable_numparse=True))
-    rows6 = [[v, VARIANT_LABELS[v]] + [_f(result["table6"][v][m]) for m in metrics] for v in VARIANTS]
-    out.append(f"Table 6: Macro means across {len(result['settings'])} dataset-model setting(s)\n" + tabulate(
-        rows6, headers=["Method", "", *heads], tablefmt="github", disable_numparse=True))
-    sig = []
-    for s in result["settings"]:
-        for name, t in s["significance"].items():
-            sig.append([s["model"], name, _f(t["mean"]), _f(t["t"]), _f(t["p"]), t["n"],
-                        "yes" if t["p"] == t["p"] and t["p"] < 0.05 else "no"])
-    out.append("One-tailed paired t-tests (our addition; the paper reports none)\n" + tabulate(
-        sig, headers=["Model", "Test", "Mean diff", "t", "p", "n", "p < 0.05"], tablefmt="github",
-        disable_numparse=True))
-    for s in result["settings"]:
-        if s.get("selection"):
-            out.append(f"Validation-selected B3 parameters ({s['model']}): {s['selection']['chosen']}")
-    if not result.get("complete", True):
-        out.append("(partial run: rerun the same command to finish)")
-    return "\n\n".join(out)
+# ----------------------------------------------------------------------- CLI
+def parse_args(argv: Sequence[str] | None = None) -> tuple[PromptShiftConfig, RunOptions]:
+    """Flags from the config dataclasses; every value is checked here, before any data or model loads."""
+    parser = argparse.ArgumentParser(prog="ctrlsim promptshift", description=__doc__.split("\n\n")[0])
+    add_config_arguments(parser, PromptShiftConfig)
+    add_config_arguments(parser, RunOptions, group="run options")
+    parser.set_defaults(out="results/promptshift")
+    args = parser.parse_args(argv)
+    return config_from_args(PromptShiftConfig, args), config_from_args(RunOptions, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctrlsim promptshift", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llm", action="append", help=f"LLM spec (repeatable; default {DEFAULT_RUN_LLM})")
-    parser.add_argument("--users", type=int, default=4, help="users to sample (paper: up to 600)")
-    parser.add_argument("--out", default="results/promptshift.jsonl", help="result file (JSON lines, resumable)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dataset", default="ml-100k")
-    parser.add_argument("--n-candidates", type=int, default=30)
-    parser.add_argument("--k", type=int, default=20)
-    parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
-    parser.add_argument("--select-on-validation", action="store_true",
-                        help="choose B3's parameters on the validation split instead of the paper's values")
-    parser.add_argument("--exclude-history", action="store_true", help="drop generated items already in the history")
-    parser.add_argument("--llm-cache", default=None, help="response-cache file for the LLM (sqlite)")
-    parser.add_argument("--overwrite", action="store_true", help="start the result file afresh")
-    args = parser.parse_args(argv)
-    cfg = PromptShiftRunConfig(llms=tuple(args.llm or [DEFAULT_RUN_LLM]), dataset=args.dataset, n_users=args.users,
-                               seed=args.seed, scenarios=tuple(args.scenarios), n_candidates=args.n_candidates,
-                               k=args.k, exclude_history=args.exclude_history,
-                               select_on_validation=args.select_on_validation, out=args.out,
-                               llm_cache=args.llm_cache)
-    result = run(cfg, overwrite=args.overwrite)
+    cfg, options = parse_args(argv)
+    print("PromptShift config:", json.dumps(cfg.identity()), file=sys.stderr)
+    result = run(cfg, options)
     print(format_tables(result))
+    print(f"\nrun folder: {result['out']}", file=sys.stderr)
     return 0
 
+
+__all__ = ["PromptShiftConfig", "build_data", "generate_user_lists", "main", "parse_args", "protocol_choices",
+           "report", "run", "sample_users"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,8 +26,12 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from ctrlsim.errors import ConfigError
+from ctrlsim.metrics.ranking import drift, hit_rate_at_k, mrr_at_k, ndcg_at_k
 
 STAR = "*"          # the all-user reference column
+# Codes of a candidate slot written as a slice-table row (rows are >= 0): the
+# generated title matched no catalogue item, or the LLM gave fewer than N titles.
+UNMATCHED_SLOT, EMPTY_SLOT = -1, -2
 SHRINKAGE_USERS = 30.0  # lambda_g = min(1, |U_g| / 30)  (section 4.2)
 RHO = 0.2           # Difficulty@K rank bonus (section 5.1)
 
@@ -158,7 +162,8 @@ def delta_phi(table: SliceTable, items: Sequence[str | None], g: str) -> np.ndar
     return table.phi_of(items, g) - table.phi_of(items, STAR)
 
 
-def mean_delta_phi(table: SliceTable, items: Sequence[str | None], g: str, *, unmatched: str = "zero") -> float:
+def mean_delta_phi(table: SliceTable, items: Sequence[str | None], g: str, *,
+                   unmatched: str = "zero") -> float:
     """Mean Delta phi over a list: (1/|L|) sum_{i in L} Delta phi(i, g).
 
     unmatched="zero": None items count in |L| and add 0 (default, the formula
@@ -206,7 +211,8 @@ def difficulty_at_k(ranking: Sequence[str | None], relevant: Iterable[str], tabl
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
     relevant = set(relevant)
-    hits = [(pos, item) for pos, item in enumerate(list(ranking)[:k], 1) if item is not None and item in relevant]
+    hits = [(pos, item) for pos, item in enumerate(list(ranking)[:k], 1)
+            if item is not None and item in relevant]
     if not hits:
         return 0.0
     ranks = np.array([pos for pos, _ in hits], dtype=float)
@@ -260,8 +266,55 @@ def adaptive_alpha(phi_bar_u: float, phi_bar_s: float, *, alpha0: float = 0.7, g
     return float(np.clip(raw, alpha_min, alpha_max))
 
 
+# ------------------------------------------------------------------ metric hook
+def evaluate_ranking(table: SliceTable, slice_id: str, ranking: Sequence[str | None],
+                     reference: Sequence[str | None], relevant: Iterable[str], *,
+                     pool: Iterable[str | None] | None = None, ranking_keys: Sequence[str] | None = None,
+                     reference_keys: Sequence[str] | None = None, k: int = 20, p: float = 0.9,
+                     rho: float = RHO, unmatched: str = "zero") -> dict[str, float]:
+    """The paper's per-user metrics of a (reranked) cue list (section 5.4); the envs and runners share it.
+
+    `ranking` is the list in its new order and `reference` the history-only
+    list L^0, as catalogue item ids (None: a title that matched no item); the
+    top `k` of each are evaluated. `pool` is the candidate pool C_u (default:
+    `ranking` itself) and `relevant` the user's held-out positives T_u: every
+    utility metric uses T^C_u = T_u restricted to the matched pool, and is 0
+    when the pool holds none (NDCG's ideal ranking is built from T^C_u too).
+
+    Drift = 1 - RBO_p(L^0[:k], L[:k]) over `*_keys` (default: the item ids,
+    each unmatched entry a key of its own; pass normalised titles to let equal
+    unmatched titles agree). SliceShift = mean Delta phi(L[:k]) - mean Delta
+    phi(L^0[:k]) in `slice_id` (`unmatched` as in `mean_delta_phi`).
+    """
+    if k < 1:
+        raise ConfigError(f"k must be >= 1, got {k}")
+    top, ref = list(ranking)[:k], list(reference)[:k]
+    top_keys = _keys(ranking, ranking_keys, "L")[:k]
+    ref_keys = _keys(reference, reference_keys, "L0")[:k]
+    pool_ids = {i for i in (ranking if pool is None else pool) if i is not None}
+    t_pool = set(relevant) & pool_ids
+    ids = [i if i is not None else "" for i in top]  # "" is never relevant
+    return {
+        "drift": drift(ref_keys, top_keys, p),
+        "slice_shift": slice_shift(table, top, ref, slice_id, unmatched=unmatched),
+        f"difficulty@{k}": difficulty_at_k(top, t_pool, table, slice_id, k, rho=rho),
+        f"hit_rate@{k}": hit_rate_at_k(ids, t_pool, k),
+        f"mrr@{k}": mrr_at_k(ids, t_pool, k),
+        f"ndcg@{k}": ndcg_at_k(ids, t_pool, k),
+        "pool_positives": float(len(t_pool)),
+    }
+
+
+def _keys(items: Sequence[str | None], keys: Sequence[str] | None, tag: str) -> list[str]:
+    if keys is not None:
+        if len(keys) != len(items):
+            raise ConfigError(f"{len(keys)} keys for {len(items)} list entries")
+        return list(keys)
+    return [i if i is not None else f"?{tag}:{n}" for n, i in enumerate(items)]
+
+
 __all__ = [
-    "RHO", "SHRINKAGE_USERS", "STAR", "SliceTable", "adaptive_alpha", "delta_phi", "difficulty_at_k",
-    "difficulty_weights", "mainstreamness", "mean_delta_phi", "retention_score", "scenario_mainstreamness",
-    "slice_shift",
+    "EMPTY_SLOT", "RHO", "SHRINKAGE_USERS", "STAR", "SliceTable", "UNMATCHED_SLOT", "adaptive_alpha",
+    "delta_phi", "difficulty_at_k", "difficulty_weights", "evaluate_ranking", "mainstreamness",
+    "mean_delta_phi", "retention_score", "scenario_mainstreamness", "slice_shift",
 ]

@@ -74,28 +74,54 @@ def coverage_at_k(ranking: Sequence[str], relevant: set[str], k: int) -> float:
 
 
 def rbo(list_a: Sequence[str], list_b: Sequence[str], p: float = 0.9) -> float:
-    """Finite extrapolated rank-biased overlap (PromptShift eq.):
+    """Extrapolated rank-biased overlap RBO_ext (Webber, Moffat & Zobel 2010, eq. 32; PromptShift's RBO_p).
 
-    RBO_p(S, T) = (1-p)/p * sum_{d=1..K} X_d/d * p^d + X_K/K * p^K,
-    X_d = |S[:d] ∩ T[:d]|, K = the evaluation depth (the longer list's length).
-    1.0 for identical lists, 0.0 for disjoint ones.
+    With S the shorter list (length s), L the longer (length l), and X_d the
+    overlap of the two lists' top d (for d > s, of all of S with L's top d):
+
+        RBO = (1-p)/p * [ sum_{d=1..l} X_d/d p^d + sum_{d=s+1..l} X_s (d-s)/(s d) p^d ]
+              + [ (X_l - X_s)/l + X_s/s ] p^l
+
+    For lists of equal length K the second sum and X_l - X_s vanish, leaving
+    PromptShift's formula (1-p)/p * sum_{d=1..K} X_d/d p^d + X_K/K p^K. For
+    unequal lengths the shorter list's unseen continuation is assumed to agree
+    at the rate it agreed so far (X_s / s), rather than counting the missing
+    positions as mismatches: a list that is a prefix of the other scores 1.0.
+    Identical lists give 1.0, disjoint ones 0.0; two empty lists 1.0 and an
+    empty list against a non-empty one 0.0 (nothing agrees). Each list must
+    hold distinct items.
     """
     if not 0 < p < 1:
         raise ValueError("p must be in (0, 1)")
-    k = max(len(list_a), len(list_b))
-    if k == 0:
+    a, b = list(list_a), list(list_b)
+    for name, items in (("list_a", a), ("list_b", b)):
+        if len(set(items)) != len(items):
+            raise ValueError(f"{name} repeats an item; RBO compares rankings of distinct items")
+    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
+    s, n = len(short), len(long_)
+    if n == 0:
         return 1.0
-    seen_a, seen_b, overlap, total = set(), set(), 0, 0.0
-    for d in range(1, k + 1):  # X_d = |S[:d] ∩ T[:d]|, updated incrementally (lists hold distinct ids)
-        a = list_a[d - 1] if d <= len(list_a) else None
-        b = list_b[d - 1] if d <= len(list_b) else None
-        if a is not None:
-            seen_a.add(a)
-        if b is not None:
-            seen_b.add(b)
-        overlap += (a is not None and a in seen_b) + (b is not None and b != a and b in seen_a)
-        total += overlap / d * p ** d
-    return float((1 - p) / p * total + overlap / k * p ** k)
+    if s == 0:
+        return 0.0
+    seen_short, seen_long, overlap = set(), set(), 0
+    overlaps = np.zeros(n + 1)
+    for d in range(1, n + 1):  # X_d, updated incrementally
+        item_l = long_[d - 1]
+        if d <= s:
+            item_s = short[d - 1]
+            overlap += 1 if item_s == item_l else (item_s in seen_long) + (item_l in seen_short)
+            seen_short.add(item_s)
+        else:
+            overlap += item_l in seen_short
+        seen_long.add(item_l)
+        overlaps[d] = overlap
+    depths = np.arange(1, n + 1, dtype=float)
+    weights = p ** depths
+    x_s, x_l = overlaps[s], overlaps[n]
+    agreement = float((overlaps[1:] / depths * weights).sum())
+    tail = depths > s
+    extrapolated = float((x_s * (depths[tail] - s) / (s * depths[tail]) * weights[tail]).sum())
+    return float((1 - p) / p * (agreement + extrapolated) + ((x_l - x_s) / n + x_s / s) * p ** n)
 
 
 def drift(list_a: Sequence[str], list_b: Sequence[str], p: float = 0.9) -> float:

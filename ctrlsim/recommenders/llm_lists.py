@@ -1,4 +1,4 @@
-"""PromptShift's LLM list recommender: prompts (section 5.2), list parsing, batched generation.
+"""PromptShift's LLM list generator: prompts (section 5.2), list parsing, batched generation.
 
 Every prompt condition shares the system message, the ordered history and the
 request for N numbered candidates; they differ only in the task instruction
@@ -42,7 +42,8 @@ INSTRUCTIONS = {
     "movies": {
         "history": "Use the viewing history below to recommend movies this viewer is likely to enjoy.",
         "p1": "Choose movies this viewer is likely to enjoy based on the viewing history below.",
-        "p2": "Infer this viewer's movie preferences from the viewing history below and recommend matching movies.",
+        "p2": "Infer this viewer's movie preferences from the viewing history below and recommend "
+              "matching movies.",
         "p3": "Based on the demonstrated preferences in the viewing history below, please provide suitable "
               "movie recommendations for this viewer.",
     },
@@ -105,7 +106,8 @@ class PromptCondition:
 
     def __post_init__(self):
         if self.instruction not in INSTRUCTIONS["movies"]:
-            raise ConfigError(f"unknown instruction {self.instruction!r}; choose from {list(INSTRUCTIONS['movies'])}")
+            raise ConfigError(f"unknown instruction {self.instruction!r}; "
+                              f"choose from {list(INSTRUCTIONS['movies'])}")
         if self.cue is not None:
             cue_sentence(self.cue)  # validates the slice id
 
@@ -152,8 +154,11 @@ _YEAR_FIRST = re.compile(r"^(?P<year>(?:18|19|20)\d{2})\s*[\(\[:\-\u2013]\s*(?P<
 _YEAR_PAREN = re.compile(r"\((?:18|19|20)\d{2}\)")
 
 
-def clean_title(text: str) -> str:
-    """A list entry reduced to "Title (Year)": markdown, quotes and any text after the year removed."""
+def clean_title(text: str, domain: str = "movies") -> str:
+    """A list entry reduced to "Title (Year)": markdown, quotes and any text after the year removed.
+
+    For tracks ("music") a dash separates artist and title, so no text after a dash is cut.
+    """
     text = text.strip().replace("**", "").replace("__", "").strip()
     m = _YEAR_FIRST.match(text)  # "1994 (Legends of the Fall)" -> "Legends of the Fall (1994)"
     if m:
@@ -163,13 +168,13 @@ def clean_title(text: str) -> str:
     years = list(_YEAR_PAREN.finditer(text))
     if years:
         text = text[: years[0].end()]
-    else:  # "Title - a short reason" / "Title: reason" after a quoted title
+    elif domain == "movies":  # "Title - a short reason" / "Title: reason" after a quoted title
         text = re.split(r"\s+[\u2013\u2014]\s+|\s+-\s+(?=[a-z])", text, maxsplit=1)[0]
     text = text.strip().strip("\"\u201c\u201d`").strip()  # single quotes stay: "'Til There Was You"
     return text.rstrip(" .,;:").strip()
 
 
-def parse_numbered_list(text: str) -> list[str]:
+def parse_numbered_list(text: str, domain: str = "movies") -> list[str]:
     """Titles of a numbered or bulleted list, in order ("1. Title (Year)", "1) Title", "- Title").
 
     Lines before and after the list (an introduction, a closing remark) are
@@ -181,12 +186,13 @@ def parse_numbered_list(text: str) -> list[str]:
     for line in text.splitlines():
         m = _ITEM_LINE.match(line)
         if m:
-            title = clean_title(m.group("title"))
+            title = clean_title(m.group("title"), domain)
             if title:
                 titles.append(title)
     if not titles:
         lines = [line.strip() for line in text.splitlines()]
-        plain = [clean_title(line) for line in lines if _YEAR_PAREN.search(line) or _YEAR_FIRST.match(line)]
+        plain = [clean_title(line, domain) for line in lines
+                 if _YEAR_PAREN.search(line) or _YEAR_FIRST.match(line)]
         plain = [t for t in plain if t]
         if len(plain) >= 2:
             titles = plain
@@ -231,8 +237,12 @@ class GeneratedList:
                 "raw_count": self.raw_count, "error": self.error}
 
 
-class LLMListRecommender:
-    """Asks an LLM for N-item candidate lists under PromptShift's prompt conditions.
+class LLMListGenerator:
+    """Asks an LLM for N-title candidate lists under PromptShift's prompt conditions.
+
+    It returns titles as the LLM wrote them, not catalogue items: matching them
+    to catalogue ids is the protocol engine's job
+    (`ctrlsim.recommenders.promptshift.PromptShiftEngine`).
 
     Greedy decoding by default (the paper holds decoding fixed across
     conditions). `max_tokens` defaults to 16 per title + 32, enough for N
@@ -264,20 +274,21 @@ class LLMListRecommender:
             return []
         convs = [self.messages(h, c) for h, c in requests]
         keys = [self.meter_key] * len(convs) if self.meter_key else None
-        replies = self.llm.chat(convs, max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed,
-                                stop=[f"\n{self.n + 1}."], keys=keys)
+        replies = self.llm.chat(convs, max_tokens=self.max_tokens, temperature=self.temperature,
+                                seed=self.seed, stop=[f"\n{self.n + 1}."], keys=keys)
         out = []
         for (_, cond), reply in zip(requests, replies):
             try:
-                parsed = parse_numbered_list(reply.text)
+                parsed = parse_numbered_list(reply.text, self.domain)
                 error = None
             except LLMOutputError as exc:
                 parsed, error = [], str(exc)
-            out.append(GeneratedList(cond.name, dedupe_titles(parsed)[: self.n], reply.text, reply.prompt_tokens,
-                                     reply.completion_tokens, len(parsed), error, reply.cached))
+            out.append(GeneratedList(cond.name, dedupe_titles(parsed)[: self.n], reply.text,
+                                     reply.prompt_tokens, reply.completion_tokens, len(parsed), error,
+                                     reply.cached))
         return out
 
 
-__all__ = ["DOMAINS", "GeneratedList", "HISTORY_ONLY", "INSTRUCTIONS", "LLMListRecommender", "PARAPHRASES",
+__all__ = ["DOMAINS", "GeneratedList", "HISTORY_ONLY", "INSTRUCTIONS", "LLMListGenerator", "PARAPHRASES",
            "PARAPHRASE_CONDITIONS", "PromptCondition", "REQUEST", "SYSTEM", "build_messages", "clean_title",
            "cue_sentence", "dedupe_titles", "parse_numbered_list"]

@@ -5,7 +5,7 @@ from ctrlsim.errors import ConfigError, LLMOutputError
 from ctrlsim.recommenders.llm_lists import (
     HISTORY_ONLY,
     PARAPHRASE_CONDITIONS,
-    LLMListRecommender,
+    LLMListGenerator,
     PromptCondition,
     build_messages,
     cue_sentence,
@@ -31,13 +31,15 @@ def test_cue_sentences_word_for_word():
 def test_conditions_differ_only_where_the_paper_says():
     base = build_messages(HISTORY, HISTORY_ONLY, 30)
     cued = build_messages(HISTORY, PromptCondition("history", "gender_F"), 30)
-    assert base[0] == cued[0] == {"role": "system", "content": "You are a professional movie recommendation system."}
+    system = {"role": "system", "content": "You are a professional movie recommendation system."}
+    assert base[0] == cued[0] == system
     # the cued prompt is the history-only prompt plus exactly one leading sentence
     assert cued[1]["content"] == "The user's profile: gender is female.\n" + base[1]["content"]
     assert base[1]["content"].startswith(
         "Use the viewing history below to recommend movies this viewer is likely to enjoy.\n")
     paras = [build_messages(HISTORY, c, 30)[1]["content"] for c in PARAPHRASE_CONDITIONS]
-    assert paras[0].startswith("Choose movies this viewer is likely to enjoy based on the viewing history below.")
+    assert paras[0].startswith("Choose movies this viewer is likely to enjoy based on the viewing "
+                               "history below.")
     assert paras[1].startswith("Infer this viewer's movie preferences from the viewing history below and "
                                "recommend matching movies.")
     assert paras[2].startswith("Based on the demonstrated preferences in the viewing history below, please "
@@ -52,8 +54,10 @@ def test_conditions_differ_only_where_the_paper_says():
 
 def test_music_domain_wording():
     msgs = build_messages(["A - B"], PromptCondition("p2"), 30, domain="music")
-    assert msgs[0]["content"] == "You are a professional music recommendation system that recommends individual songs."
-    assert msgs[1]["content"].startswith("Infer this listener's track preferences from the listening history below")
+    assert msgs[0]["content"] == ("You are a professional music recommendation system that recommends "
+                                  "individual songs.")
+    assert msgs[1]["content"].startswith("Infer this listener's track preferences from the listening "
+                                         "history below")
 
 
 def test_condition_names_round_trip():
@@ -67,8 +71,10 @@ def test_condition_names_round_trip():
     ("1. The Shining (1980)\n2. Alien (1979)", ["The Shining (1980)", "Alien (1979)"]),
     ("Sure! Here are my picks:\n\n1) Heat\n2) Fargo (1996)\n\nEnjoy!", ["Heat", "Fargo (1996)"]),
     ("- Heat (1995)\n* Se7en\n• Casino (1995)", ["Heat (1995)", "Se7en", "Casino (1995)"]),
-    ("1. **Heat** (1995) - a tense crime drama\n2. \"Fargo\" (1996): snowy noir", ["Heat (1995)", "Fargo (1996)"]),
-    ("10: Toy Story (1995)\n11. 'Til There Was You (1997)", ["Toy Story (1995)", "'Til There Was You (1997)"]),
+    ("1. **Heat** (1995) - a tense crime drama\n2. \"Fargo\" (1996): snowy noir",
+     ["Heat (1995)", "Fargo (1996)"]),
+    ("10: Toy Story (1995)\n11. 'Til There Was You (1997)",
+     ["Toy Story (1995)", "'Til There Was You (1997)"]),
     ("1994 (Legends of the Fall)\n1996 (Fargo)", ["Legends of the Fall (1994)", "Fargo (1996)"]),
 ])
 def test_parse_list_formats(text, expected):
@@ -103,7 +109,7 @@ class FakeLLM:
 
 def test_generator_batches_parses_and_records_errors():
     llm = FakeLLM(["1. Heat (1995)\n2. Heat (1995)\n3. Fargo (1996)\n4. Casino (1995)", "no list here"])
-    gen = LLMListRecommender(llm, n=3)
+    gen = LLMListGenerator(llm, n=3)
     out = gen.generate([(HISTORY, HISTORY_ONLY), (HISTORY, PromptCondition("history", "gender_M"))])
     assert len(llm.calls) == 1 and len(llm.calls[0][0]) == 2  # one batched call
     kwargs = llm.calls[0][1]

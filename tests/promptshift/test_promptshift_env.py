@@ -1,54 +1,118 @@
-"""PromptShiftEnv: Gymnasium API compliance and behaviour with the smallest bundled LLM."""
+"""PromptShiftEnv: the Gymnasium contract, hand-computed metrics on stored lists, and a real-LLM episode."""
 import gymnasium as gym
 import numpy as np
 import pytest
-
 from ctrlsim.agents.rerankers import make_reranker
-from ctrlsim.envs.promptshift_env import EMPTY, UNMATCHED, PromptShiftData, PromptShiftEnv
+from ctrlsim.envs.promptshift_env import PromptShiftEnv
+
+from ctrlsim.data.promptshift import PromptShiftData
 from ctrlsim.errors import ConfigError
-from ctrlsim.metrics.promptshift import slice_shift
-from ctrlsim.metrics.ranking import drift
+from ctrlsim.metrics.promptshift import EMPTY_SLOT, UNMATCHED_SLOT
 from ctrlsim.recommenders.llm_lists import HISTORY_ONLY
 
-pytestmark = pytest.mark.llm
+LOG2_3 = np.log2(3)
 
 
-@pytest.fixture(scope="module")
-def ps_data(ml100k):
-    return PromptShiftData.build(ml100k)
+@pytest.fixture
+def hand_env(hand_data, u1_lists):
+    """N = 4, K = 3, p = 1/2; u1's lists preloaded, so no LLM ever loads."""
+    env = PromptShiftEnv(data=hand_data, n_candidates=4, k=3, p=0.5, render_mode="ansi")
+    for gen in u1_lists:
+        env.engine.preload("u1", gen)
+    return env
 
 
-@pytest.fixture(scope="module")
-def ps_env(smol, ps_data):
-    # Small pool (N = 6, K = 4), short replies and one user keep the smallest LLM fast.
-    return PromptShiftEnv(smol, data=ps_data, n_candidates=6, k=4, users=ps_data.eligible[:1], max_tokens=80)
+def test_observation_and_reset_info_by_hand(hand_env):
+    obs, info = hand_env.reset(seed=0, options={"user_id": "u1", "scenario": "gender"})
+    assert not hand_env.llm_loaded
+    # Cue list i2, i5, (unmatched), i6 -> catalogue rows 1, 4, -1, 5.
+    assert obs["candidates"].tolist() == [1, 4, UNMATCHED_SLOT, 5]
+    assert obs["ranks"].tolist() == [1, 2, 3, 4]
+    assert obs["history"].tolist() == [2, 3]  # H_u1 = i3, i4
+    assert hand_env.slice_names[obs["slice"]] == "gender_F" == info["slice_id"]
+    # phi(i3, F) = 1/30 + 29/30 * 0.5 = 31/60, phi(i4, F) = 1 -> phi_bar_u1 = 91/120.
+    assert info["mainstreamness"] == pytest.approx(91 / 120)
+    # phi_bar_s averages over the env's users: u2's H = i5, i6 in M: 31/60 each -> (91/120 + 62/120) / 2.
+    assert info["scenario_mainstreamness"] == pytest.approx(153 / 240)
+    assert hand_env.observation_space.contains(obs)
 
 
-def test_data_follows_the_protocol(ps_data, ml100k):
-    assert len(ps_data.eligible) == 527  # >= 25 fit positives and >= 1 test positive (ratings >= 4)
-    user = ps_data.eligible[0]
-    assert len(ps_data.fit_positives[user]) >= 25 and ps_data.positives(user)
-    hist = ps_data.history(user)
-    assert hist == ps_data.fit_positives[user][-25:]  # last 25 fit positives, oldest first
-    assert set(ps_data.slice_names) >= {"gender_F", "age_older", "cross_M_young_adult"}
-    assert all(0 < v < 1 for v in ps_data.scenario_means.values())
-    assert not ps_data.positives(user) & set(ps_data.fit_positives[user])
+def test_scenario_mean_is_over_the_given_users(hand_data):
+    env = PromptShiftEnv(data=hand_data, users=["u1"])
+    assert env.slice_means["gender_F"] == pytest.approx(91 / 120)
 
 
-def test_construction_is_lazy(ps_data):
-    env = PromptShiftEnv(data=ps_data)  # default LLM: qwen2.5-1.5b, never loaded here
+def test_b0_step_by_hand(hand_env):
+    obs, _ = hand_env.reset(options={"user_id": "u1", "scenario": "gender"})
+    b0 = make_reranker("B0", hand_env.slice_table, slice_names=hand_env.slice_names)
+    _, reward, terminated, truncated, info = hand_env.step(b0(obs))
+    assert terminated is True and truncated is False
+    assert info["reranked_item_ids"] == ["i2", "i5", None]
+    # RBO_{1/2}(i5 i6 i2, i2 i5 ?): X = 0, 1, 2 -> 1/2 * 1/4 + 2/3 * 1/8 + 2/3 * 1/8 = 7/24.
+    assert info["drift"] == pytest.approx(17 / 24) and info["cue_drift"] == pytest.approx(17 / 24)
+    # mean dphi: cue (1/60 - 1/60 + 0) / 3 = 0; L^0 (-1/60 - 1/60 + 1/60) / 3 = -1/180.
+    assert info["slice_shift"] == pytest.approx(1 / 180) and reward == pytest.approx(-1 / 180)
+    # T^C = {i5}, hit at rank 2: phi(i5, F) = 29/60, w = 10 * 31/60 * (1 + 0.2 * 2/3) = 527/90.
+    assert info["difficulty@3"] == pytest.approx(527 / 90)
+    assert info["hit_rate@3"] == 1.0 and info["mrr@3"] == pytest.approx(0.5)
+    assert info["ndcg@3"] == pytest.approx(1 / LOG2_3)
+    # Paraphrases: P1 = L^0 (drift 0), P2 disjoint (1), P3 i6 i5 i2 (RBO 1/4 + 1/8 + 1/8 = 1/2).
+    assert info["paraphrase_drifts"] == pytest.approx([0.0, 1.0, 0.5])
+    assert info["paraphrase_drift"] == pytest.approx(0.5) and info["delta_d"] == pytest.approx(5 / 24)
+    assert info["matches"]["cue:gender_F"]["unmatched"] == 1 and info["tokens"]["episode"]["calls"] == 0
+    with pytest.raises(RuntimeError):
+        hand_env.step(b0(obs))  # single-step episodes
+
+
+def test_reordering_action_by_hand(hand_env):
+    hand_env.reset(options={"user_id": "u1", "scenario": "gender"})
+    _, reward, _, _, info = hand_env.step(np.array([0.0, 0.5, -1.0, 1.0], dtype=np.float32))
+    # Slots by score: 3 (i6), 1 (i5), 0 (i2): the same list as P3.
+    assert info["reranked_item_ids"] == ["i6", "i5", "i2"]
+    assert info["drift"] == pytest.approx(0.5) and info["slice_shift"] == pytest.approx(0.0) and reward == 0.0
+    assert info["mrr@3"] == pytest.approx(0.5)
+
+
+def test_actions_and_options_are_checked(hand_env):
+    hand_env.reset(options={"user_id": "u1", "scenario": "gender"})
+    with pytest.raises(ConfigError):
+        hand_env.step(np.zeros(3, dtype=np.float32))
+    with pytest.raises(ConfigError):
+        hand_env.step(np.array(["a", "b", "c", "d"]))
+    with pytest.raises(ConfigError):
+        hand_env.reset(options={"user_id": "u1", "scenario": "age"})
+    with pytest.raises(ConfigError):
+        hand_env.reset(options={"user_id": "no-such-user", "scenario": "gender"})
+
+
+def test_render_modes(hand_data, hand_env):
+    assert PromptShiftEnv(data=hand_data).render() is None  # no render mode: nothing
+    assert hand_env.render() == ""
+    hand_env.reset(options={"user_id": "u1", "scenario": "gender"})
+    assert hand_env.render().splitlines() == [
+        "user u1 | gender: gender_F", " 1. Bravo (1991)  [i2]", " 2. Echo (1994)  [i5]",
+        " 3. Unknown Film (2001)  [unmatched]", " 4. Foxtrot (1995)  [i6]"]
+    with pytest.raises(ConfigError):
+        PromptShiftEnv(data=hand_data, render_mode="human")
+
+
+def test_construction_is_lazy_and_checked(hand_data):
+    env = PromptShiftEnv(data=hand_data)  # default LLM: qwen2.5-1.5b, never loaded here
     assert not env.llm_loaded and env.episode is None
     assert env.action_space.shape == (30,) and env.observation_space["candidates"].shape == (30,)
+    assert env.observation_space["candidates"].low.min() == EMPTY_SLOT
     with pytest.raises(ConfigError):
-        PromptShiftEnv(data=ps_data, k=40)
+        PromptShiftEnv(data=hand_data, k=40)
+    with pytest.raises(ConfigError):
+        PromptShiftEnv(data=hand_data, users=["u3"])
 
 
-def test_entry_point_makes_the_env(ps_data):
+def test_entry_point_makes_the_env(hand_data):
     # The entry point the registration uses ("ctrlsim/PromptShift-v0"), under a test-only id.
     env_id = "ctrlsim-test/PromptShift-v0"
     if env_id not in gym.registry:
         gym.register(id=env_id, entry_point="ctrlsim.envs.promptshift_env:PromptShiftEnv")
-    env = gym.make(env_id, data=ps_data, n_candidates=10, k=5)
+    env = gym.make(env_id, data=hand_data, n_candidates=10, k=5)
     assert isinstance(env.unwrapped, PromptShiftEnv) and not env.unwrapped.llm_loaded
     assert env.action_space.shape == (10,)
 
@@ -56,61 +120,39 @@ def test_entry_point_makes_the_env(ps_data):
 # check_env runs for every registered env in tests/envs/test_api_compliance.py
 
 
-def test_episode_behaviour(ps_env, ps_data):
-    user = ps_data.eligible[0]
-    meter = ps_env.llm.meter
-    obs, info = ps_env.reset(seed=3, options={"user_id": user, "scenario": "gender"})
-    ep = ps_env.episode
-    # The observation is the cue list, matched to the catalogue, in LLM order.
+def test_data_follows_the_protocol(ml100k):
+    data = PromptShiftData.build(ml100k)
+    assert len(data.eligible) == 527  # >= 25 fit positives and >= 1 test positive (ratings >= 4)
+    user = data.eligible[0]
+    assert len(data.fit_positives[user]) >= 25 and data.positives(user)
+    assert data.history(user) == data.fit_positives[user][-25:]  # last 25 fit positives, oldest first
+    assert set(data.slice_names) >= {"gender_F", "age_older", "cross_M_young_adult"}
+    assert not data.positives(user) & set(data.fit_positives[user])
+
+
+@pytest.mark.llm
+def test_real_llm_episode(smol, ml100k):
+    # Small pool (N = 6, K = 4), short replies and one user keep the smallest LLM fast.
+    data = PromptShiftData.build(ml100k)
+    user = data.eligible[0]
+    env = PromptShiftEnv(smol, data=data, n_candidates=6, k=4, users=[user], max_tokens=80)
+    meter = env.llm.meter
+    obs, info = env.reset(seed=3, options={"user_id": user, "scenario": "gender"})
+    ep = env.episode
     n = len(ep.cue.item_ids)
-    assert 1 <= n <= 6 and info["cue_item_ids"] == ep.cue.item_ids
-    expected = [ps_env.dataset.item_index[i] if i is not None else UNMATCHED for i in ep.cue.item_ids]
-    assert obs["candidates"][:n].tolist() == expected and np.all(obs["candidates"][n:] == EMPTY)
-    assert obs["ranks"][:n].tolist() == list(range(1, n + 1))
-    assert ps_env.slice_names[obs["slice"]] == info["slice_id"] == ps_data.slice_of(user, "gender")
-    assert obs["history"].tolist() == ps_env.dataset.indices(ps_data.history(user)).tolist()
+    assert 1 <= n <= 6 and np.all(obs["candidates"][n:] == EMPTY_SLOT)
     # The model read the prompt: its lists name real catalogue movies.
-    assert info["cue_titles"] and ep.reference.titles
-    assert sum(i is not None for i in ep.reference.item_ids) >= 1
-
-    # Lists are cached per (user, condition): another episode of the same pair calls no LLM;
-    # another scenario for the same user generates only its cue list.
+    assert info["cue_titles"] and sum(i is not None for i in ep.reference.item_ids) >= 1
+    # Lists are cached per (user, condition): the same pair calls no LLM; another scenario
+    # generates only its cue list.
     calls = meter.total.calls
-    ps_env.reset(options={"user_id": user, "scenario": "gender"})
+    env.reset(options={"user_id": user, "scenario": "gender"})
     assert meter.total.calls == calls
-    ps_env.reset(options={"user_id": user, "scenario": "age"})
-    assert meter.total.calls - calls <= 1
-    assert ps_env.cached_list(user, HISTORY_ONLY) is ep.reference
-
-    # B0 keeps the LLM order: its metrics are the cue list's, computed from the slice table.
-    obs, info = ps_env.reset(options={"user_id": user, "scenario": "gender"})
-    b0 = make_reranker("B0", ps_env.slice_table, slice_names=ps_env.slice_names)
-    _, reward, terminated, truncated, step_info = ps_env.step(b0(obs))
-    assert terminated is True and truncated is False
+    env.reset(options={"user_id": user, "scenario": "age"})
+    assert meter.total.calls - calls == 1
+    assert env.engine.cached_list(user, HISTORY_ONLY) is ep.reference
+    env.reset(options={"user_id": user, "scenario": "gender"})
+    _, _, _, _, step_info = env.step(np.linspace(1, -1, 6).astype(np.float32))  # keep the LLM order
     assert step_info["reranked_item_ids"] == ep.cue.item_ids[:4]
     assert step_info["drift"] == pytest.approx(step_info["cue_drift"])
-    assert step_info["drift"] == pytest.approx(drift(ep.reference.keys[:4], ep.cue.keys[:4]))
-    ss = slice_shift(ps_env.slice_table, ep.cue.item_ids[:4], ep.reference.item_ids[:4], info["slice_id"])
-    assert step_info["slice_shift"] == pytest.approx(ss) and reward == pytest.approx(-abs(ss))
-    assert len(step_info["paraphrase_drifts"]) == 3 and all(0 <= d <= 1 for d in step_info["paraphrase_drifts"])
-    assert step_info["delta_d"] == pytest.approx(step_info["cue_drift"] - step_info["paraphrase_drift"])
-    for key in ("difficulty@4", "hit_rate@4", "mrr@4", "ndcg@4"):
-        assert step_info[key] >= 0
-    assert set(step_info["matches"]) == {"cue:" + info["slice_id"], "history", "p1", "p2", "p3"}
-    assert step_info["tokens"]["lists"]["completion_tokens"] > 0 and step_info["tokens"]["episode"]["calls"] == 0
-    with pytest.raises(RuntimeError):
-        ps_env.step(b0(obs))  # single-step episodes
-
-    # Reversing the order changes the reranked list accordingly.
-    if n >= 2:
-        ps_env.reset(options={"user_id": user, "scenario": "gender"})
-        action = np.linspace(-1, 1, 6).astype(np.float32)  # last slot best
-        _, _, _, _, rev = ps_env.step(action)
-        assert rev["reranked_item_ids"] == list(reversed(ep.cue.item_ids))[:4]
-
-
-def test_reset_validates_options(ps_env, ps_data):
-    with pytest.raises(ConfigError):
-        ps_env.reset(options={"user_id": ps_data.eligible[0], "scenario": "occupation"})
-    with pytest.raises(ConfigError):
-        ps_env.reset(options={"user_id": "no-such-user", "scenario": "gender"})
+    assert step_info["tokens"]["lists"]["completion_tokens"] > 0

@@ -1,24 +1,20 @@
-"""The Tables 4-6 runner: incremental records, resume without regenerating anything, table layout."""
+"""The Tables 4-6 runner: config checks before any work, hand-computed tables, run folder, resume."""
 import json
 
 import pytest
 
-from ctrlsim.envs.promptshift_env import PromptShiftData
+from ctrlsim.data.promptshift import PromptShiftData
 from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.config import RunOptions
+from ctrlsim.experiments.promptshift_report import format_tables, scenario_macro
 from ctrlsim.experiments.promptshift_tables import (
-    PromptShiftRunConfig,
-    format_tables,
-    main,
+    PromptShiftConfig,
+    parse_args,
+    protocol_choices,
+    report,
     run,
     sample_users,
 )
-
-pytestmark = pytest.mark.llm
-
-
-def fresh_calls(llm):
-    usage = llm.meter.total
-    return usage.calls - usage.cached_calls
 
 
 def test_stratified_sample(ml100k):
@@ -31,77 +27,106 @@ def test_stratified_sample(ml100k):
     assert len(sample_users(data, 40, seed=0)) == 40
 
 
-def test_resume_regenerates_nothing(smol, tmp_path):
-    out = tmp_path / "ps.jsonl"
-    cfg = PromptShiftRunConfig(llms=("smollm2-135m",), n_users=2, scenarios=("gender", "age"), n_candidates=5,
-                               k=4, max_tokens=72, out=str(out))
+@pytest.mark.parametrize("bad, field", [
+    ({"users": -1}, "users"), ({"users": 0}, "users"), ({"k": 31}, "k"),
+    ({"scenarios": ("bogus",)}, "scenarios"),
+    ({"scenarios": ("age", "age")}, "scenarios"), ({"llms": ()}, "llms"), ({"llms": ("",)}, "llms"),
+    ({"seed": -1}, "seed"), ({"p": 1.0}, "p"), ({"match_threshold": 120.0}, "match_threshold"),
+    ({"domain": "books"}, "domain"), ({"unmatched": "drop"}, "unmatched"),
+    ({"history_len": 30}, "min_fit_positives"),
+])
+def test_config_rejects_bad_values_naming_them(bad, field):
+    with pytest.raises(ConfigError, match=field):
+        PromptShiftConfig(**bad)
+
+
+def test_cli_flags_come_from_the_config(tmp_path):
+    cfg, options = parse_args(["--llms", "smollm2-135m,qwen2.5-0.5b", "--users", "3", "--seed", "7",
+                               "--scenarios", "gender,age", "--out", str(tmp_path / "run")])
+    assert cfg == PromptShiftConfig(llms=("smollm2-135m", "qwen2.5-0.5b"), users=3, seed=7,
+                                    scenarios=("gender", "age"))
+    assert options.out == str(tmp_path / "run")
+    defaults, _ = parse_args([])
+    assert defaults == PromptShiftConfig() and defaults.users == 8  # one set of defaults
+    with pytest.raises(ConfigError, match="users"):
+        parse_args(["--users", "-1"])
+
+
+def test_scenario_macro_is_a_mean_of_scenario_means():
+    rec = lambda s, v: {"scenario": s, "metrics": {"B0": {"drift": v}}}  # noqa: E731
+    records = [rec("gender", 0.2), rec("gender", 0.4), rec("gender", 0.6), rec("age", 1.0)]
+    # (mean(0.2, 0.4, 0.6) + 1.0) / 2 = 0.7, not the pooled 0.55.
+    assert scenario_macro(records, "B0", "drift", ["gender", "age"]) == pytest.approx(0.7)
+
+
+def test_report_by_hand(hand_data, u1_lists):
+    cfg = PromptShiftConfig(llms=("m",), dataset="hand", scenarios=("gender",), n_candidates=4, k=3, p=0.5,
+                            history_len=2, min_fit_positives=2, match_threshold=90.0,
+                            select_on_validation=False)
+    records = {"m/u1": {"user": "u1", "lists": [g.to_dict() for g in u1_lists]}}
+    result = report(cfg, hand_data, ["u1"], records, protocol_choices(cfg, hand_data))
+    setting = result["settings"][0]
+    # One user, one scenario: Table 4 is the hand-computed episode of test_promptshift_env.
+    assert setting["table4"]["paraphrase_drift"] == pytest.approx(0.5)
+    assert setting["table4"]["cue_drift"] == pytest.approx(17 / 24)
+    assert setting["table4"]["delta_d"] == pytest.approx(5 / 24)
+    assert setting["table4"]["slice_shift"] == pytest.approx(1 / 180)
+    assert setting["variants"]["B0"]["difficulty@3"] == pytest.approx(527 / 90)
+    assert setting["tokens"] == {"prompt_tokens": 50, "completion_tokens": 25}
+    # Matching counts each list once: 3 + 4 + 3 + 3 + 3 titles, one unmatched.
+    assert setting["matching"]["total"] == 16 and setting["matching"]["matched"] == 15
+    # n = 1: the t-tests are undefined, and the table says so.
+    text = format_tables(result)
+    assert "0.7083" in text and "undefined" in text and "Protocol choices" in text
+
+
+def fresh_calls(llm):
+    usage = llm.meter.total
+    return usage.calls - usage.cached_calls
+
+
+@pytest.mark.llm
+def test_run_folder_and_resume(smol, tmp_path):
+    out = tmp_path / "ps"
+    # Short histories and replies keep the smallest LLM quick: 2 users x 5 lists (L^0, P1-P3, one cue).
+    cfg = PromptShiftConfig(llms=("smollm2-135m",), users=2, scenarios=("gender",), n_candidates=5, k=4,
+                            history_len=5, max_tokens=48)
+    options = RunOptions(out=str(out))
     llms = {"smollm2-135m": smol}
 
-    # "Interrupted" after one user: its lists (L^0, P1-P3, two cues) and records are on disk.
+    # "Interrupted" after one user: its five lists are on disk.
     before = fresh_calls(smol)
-    partial = run(cfg, llms=llms, stop_after_users=1, show_progress=False)
-    assert fresh_calls(smol) - before == 6 and not partial["complete"]
-    lines = out.read_text().splitlines()
-    assert len(lines) == 1 + 3  # config, controls, gender, age
-    first_user = json.loads(lines[1])["key"].split("/")[1]
+    partial = run(cfg, options, llms=llms, stop_after_users=1, show_progress=False)
+    assert fresh_calls(smol) - before == 5 and not partial["complete"]
+    lines = (out / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 2  # config, one user
 
-    # The rerun does only the second user; the first user's lines stay as they were.
+    # The rerun does only the second user; the first user's line stays as it was.
     before = fresh_calls(smol)
-    result = run(cfg, llms=llms, show_progress=False)
-    assert fresh_calls(smol) - before == 6 and result["complete"]
-    lines2 = out.read_text().splitlines()
-    assert lines2[:4] == lines and len(lines2) == 7
-    assert {json.loads(l)["key"].split("/")[1] for l in lines2[1:]} == set(result["users"])
-    assert first_user in result["users"]
-
-    # A user cut off mid-way (its last scenario line lost) costs exactly that one cued list.
-    out.write_text("\n".join(lines2[:-1]) + "\n")
-    before = fresh_calls(smol)
-    again = run(cfg, llms=llms, show_progress=False)
-    assert fresh_calls(smol) - before == 1
+    result = run(cfg, options, llms=llms, show_progress=False)
+    assert fresh_calls(smol) - before == 5 and result["complete"]
+    lines2 = (out / "records.jsonl").read_text().splitlines()
+    assert lines2[:2] == lines and len(lines2) == 3
     # Nothing left to do: no LLM call at all, and the same tables.
     before = fresh_calls(smol)
-    final = run(cfg, llms=llms, show_progress=False)
+    final = run(cfg, options, llms=llms, show_progress=False)
     assert fresh_calls(smol) == before
-    assert final["settings"] == again["settings"]
+    assert json.dumps(final["settings"]) == json.dumps(result["settings"])  # NaN-safe comparison
 
     setting = final["settings"][0]
-    assert setting["n_users"] == 2 and setting["n_records"] == 4
-    t4 = setting["table4"]
-    assert t4["delta_d"] == pytest.approx(t4["cue_drift"] - t4["paraphrase_drift"])
-    assert t4["cue_drift"] == pytest.approx(setting["variants"]["B0"]["drift"])
-    assert 0 <= t4["paraphrase_drift"] <= 1 and setting["tokens"]["completion_tokens"] > 0
-    assert final["table6"]["B3"] == setting["variants"]["B3"]  # one setting: macro mean = its means
-    text = format_tables(final)
-    for head in ("Table 4", "Table 5", "Table 6", "Paraphrase Drift", "SliceShift", "Difficulty@4",
-                 "PromptShift", "All-user-fixed", "smollm2-135m", "MovieLens 100K"):
-        assert head in text
+    assert setting["n_users"] == 2 and setting["n_records"] == 2
+    assert setting["selection"]["match_threshold"] in (80.0, 85.0, 90.0, 95.0, 100.0)
+    assert len(setting["selection"]["b3"]["grid"]) == 27
+    stored = json.loads((out / "config.json").read_text())["config"]
+    assert stored["config"]["users"] == 2 and "phi_bar_s" in stored["choices"] and len(stored["users"]) == 2
+    tables = (out / "tables.md").read_text()
+    for head in ("Table 4", "Table 5", "Table 6", "Paraphrase Drift", "Difficulty@4", "PromptShift",
+                 "smollm2-135m", "MovieLens 100K", "Frozen on validation"):
+        assert head in tables
+    figures = sorted(p.name for p in (out / "figures").iterdir())
+    assert figures == ["scenarios_smollm2-135m.png", "variants.png"]
+    assert all((out / "figures" / f).read_bytes()[:4] == b"\x89PNG" for f in figures)
 
-    # Choosing B3's parameters on the validation split reuses the stored lists: still no LLM call.
-    selected = run(PromptShiftRunConfig(**{**cfg.to_dict(), "select_on_validation": True, "out": str(out)}),
-                   llms=llms, show_progress=False)
-    assert fresh_calls(smol) == before
-    sel = selected["settings"][0]["selection"]
-    assert len(sel["grid"]) == 27 and set(sel["chosen"]) == set(sel["paper"])
-    for v in ("B0", "B1", "B2"):  # selection tunes B3 only
-        assert selected["settings"][0]["variants"][v] == setting["variants"][v]
-    assert "Validation-selected" in format_tables(selected)
-
-    # A changed config never mixes into an existing result file.
+    # A changed config never mixes into an existing run folder.
     with pytest.raises(ConfigError):
-        run(PromptShiftRunConfig(**{**cfg.to_dict(), "k": 3, "out": str(out)}), llms=llms, show_progress=False)
-
-
-def test_cli_parses_arguments(monkeypatch, tmp_path):
-    seen = {}
-
-    def fake_run(cfg, **kw):
-        seen["cfg"] = cfg
-        return {"config": {**cfg.to_dict(), "out": cfg.out}, "settings": [], "complete": True,
-                "table6": {v: {m: 0.0 for m in ("drift", "slice_shift", "difficulty@20", "hit_rate@20", "mrr@20",
-                                                "ndcg@20")} for v in ("B0", "B1", "B2", "B3")}}
-
-    monkeypatch.setattr("ctrlsim.experiments.promptshift_tables.run", fake_run)
-    assert main(["--llm", "smollm2-135m", "--users", "3", "--out", str(tmp_path / "x.jsonl"), "--seed", "7"]) == 0
-    cfg = seen["cfg"]
-    assert cfg.llms == ("smollm2-135m",) and cfg.n_users == 3 and cfg.seed == 7 and cfg.k == 20
+        run(PromptShiftConfig(**{**cfg.__dict__, "k": 3}), options, llms=llms, show_progress=False)

@@ -1,0 +1,310 @@
+"""PromptShift's protocol engine: generated lists, matched to the catalogue, cached, and scored.
+
+The engine is the one place where a user's five lists come from (L^0, the
+identity-cued L^c of a scenario, and the paraphrase controls P1-P3): it asks
+the `LLMListGenerator` for the ones it has not seen yet (one batched call),
+matches their titles to catalogue items with a `TitleMatcher`, keeps them per
+(user, prompt condition), and scores any reordering of a cued pool with the
+shared metric hook `ctrlsim.metrics.promptshift.evaluate_ranking`. The
+Gymnasium env (`ctrlsim.envs.promptshift_env`) and the table runner
+(`ctrlsim.experiments.promptshift_tables`) both drive it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ctrlsim.backends import LLM, TokenMeter, load_llm
+from ctrlsim.data.matching import MATCH_KINDS, TitleMatcher, normalize_title
+from ctrlsim.data.promptshift import PARTS, PromptShiftData
+from ctrlsim.errors import ConfigError
+from ctrlsim.metrics.promptshift import EMPTY_SLOT, RHO, UNMATCHED_SLOT, SliceTable, evaluate_ranking
+from ctrlsim.metrics.ranking import drift
+from ctrlsim.recommenders.llm_lists import (
+    DOMAINS,
+    HISTORY_ONLY,
+    PARAPHRASE_CONDITIONS,
+    GeneratedList,
+    LLMListGenerator,
+    PromptCondition,
+)
+
+DEFAULT_LLM = "qwen2.5-1.5b"
+UNMATCHED_POLICIES = ("zero", "skip")
+
+
+@dataclass
+class CandidateList:
+    """A generated list after catalogue matching.
+
+    `item_ids[k]` is the matched catalogue id of `titles[k]` or None; a later
+    title that matches an item already in the list is dropped, so ids are
+    distinct. `in_history` counts entries that repeat the user's prompt
+    history (dropped when `exclude_history`). `keys` identify entries for RBO:
+    the item id, or "?" + the normalised title for an unmatched entry.
+    """
+
+    condition: str
+    titles: list[str]
+    item_ids: list[str | None]
+    kinds: list[str]
+    generated: GeneratedList
+    dropped_duplicates: int = 0
+    in_history: int = 0
+
+    @classmethod
+    def from_generated(cls, generated: GeneratedList, matcher: TitleMatcher, *, history: Sequence[str] = (),
+                       exclude_history: bool = False) -> "CandidateList":
+        """Match the titles; `exclude_history=True` drops items of the user's prompt history."""
+        titles, ids, kinds, seen, hist = [], [], [], set(), set(history)
+        dropped = in_history = 0
+        for match in matcher.match_many(generated.titles):
+            if match.item_id is not None and match.item_id in seen:
+                dropped += 1
+                continue
+            if match.item_id is not None and match.item_id in hist:
+                in_history += 1
+                if exclude_history:
+                    continue
+            if match.item_id is not None:
+                seen.add(match.item_id)
+            titles.append(match.title)
+            ids.append(match.item_id)
+            kinds.append(match.kind)
+        return cls(generated.condition, titles, ids, kinds, generated, dropped, in_history)
+
+    @property
+    def keys(self) -> list[str]:
+        return [i if i is not None else "?" + normalize_title(t) for i, t in zip(self.item_ids, self.titles)]
+
+    def counts(self) -> dict[str, int]:
+        out = {k: 0 for k in MATCH_KINDS}
+        for k in self.kinds:
+            out[k] += 1
+        out.update(matched=len(self.kinds) - out["none"], unmatched=out["none"], total=len(self.kinds),
+                   dropped_duplicates=self.dropped_duplicates, in_history=self.in_history,
+                   parse_error=int(self.generated.error is not None))
+        return out
+
+    def slots(self, item_row: dict[str, int], n: int) -> np.ndarray:
+        """The first `n` entries as slice-table rows: UNMATCHED_SLOT for unmatched, EMPTY_SLOT padding."""
+        out = np.full(n, EMPTY_SLOT, dtype=np.int64)
+        rows = [item_row[i] if i is not None else UNMATCHED_SLOT for i in self.item_ids[:n]]
+        out[: len(rows)] = rows
+        return out
+
+
+@dataclass
+class Episode:
+    """One (user, identity-cue scenario) pair with its lists and the user's mainstreamness."""
+
+    user: str
+    scenario: str
+    slice_id: str
+    cue: CandidateList
+    reference: CandidateList
+    paraphrases: list[CandidateList]
+    mainstreamness: float
+    scenario_mainstreamness: float
+    usage: dict = field(default_factory=dict)
+
+    @property
+    def lists(self) -> tuple[CandidateList, ...]:
+        return (self.cue, self.reference, *self.paraphrases)
+
+    def list_cost(self) -> dict:
+        """What generating this episode's five lists cost, whenever they were generated."""
+        return {"prompt_tokens": sum(c.generated.prompt_tokens for c in self.lists),
+                "completion_tokens": sum(c.generated.completion_tokens for c in self.lists),
+                "lists": len(self.lists)}
+
+
+def _usage() -> dict:
+    return {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0, "cached_calls": 0}
+
+
+class PromptShiftEngine:
+    """Generates, matches, caches and scores PromptShift's lists for one LLM over a set of users U.
+
+    `users` is U, the users the protocol runs (default: every eligible user);
+    phi_bar_s, the scenario mean B3 compares a user's mainstreamness with, is
+    averaged over them (section 4.4). The LLM (a spec or an `LLM`) loads on
+    first use; construction never generates anything. `domain` picks the
+    prompts ("movies" or "music"; default: the dataset's).
+    """
+
+    def __init__(self, data: PromptShiftData, llm: str | LLM = DEFAULT_LLM, *,
+                 users: Sequence[str] | None = None, n_candidates: int = 30, k: int = 20, p: float = 0.9,
+                 rho: float = RHO,
+                 match_threshold: float = 90.0, max_tokens: int | None = None, temperature: float = 0.0,
+                 llm_seed: int | None = None, llm_cache: str | None = None, domain: str | None = None,
+                 exclude_history: bool = False, unmatched: str = "zero"):
+        if not 1 <= k <= n_candidates:
+            raise ConfigError(f"need 1 <= k <= n_candidates, got k={k}, n_candidates={n_candidates}")
+        if not 0 < p < 1:
+            raise ConfigError(f"p must be in (0, 1), got {p}")
+        if unmatched not in UNMATCHED_POLICIES:
+            raise ConfigError(f"unmatched must be one of {UNMATCHED_POLICIES}, got {unmatched!r}")
+        domain = data.domain if domain is None else domain
+        if domain not in DOMAINS:
+            raise ConfigError(f"unknown domain {domain!r}; choose from {DOMAINS}")
+        self.data = data
+        self.users = list(data.eligible) if users is None else data.check_eligible(users)
+        if not self.users:
+            raise ConfigError("no eligible users")
+        self.n_candidates, self.k, self.p, self.rho = int(n_candidates), int(k), float(p), float(rho)
+        self.domain, self.unmatched, self.exclude_history = domain, unmatched, bool(exclude_history)
+        self.matcher = TitleMatcher(data.dataset.items, threshold=match_threshold)
+        self.scenario_means = data.scenario_means(self.users)
+        self.slice_means = data.slice_means(self.users)
+        self._llm_spec, self._llm_cache = llm, llm_cache
+        self._llm: LLM | None = llm if isinstance(llm, LLM) else None
+        self._gen_options = {"max_tokens": max_tokens, "temperature": temperature, "seed": llm_seed}
+        self._generator: LLMListGenerator | None = None
+        self._generated: dict[tuple[str, str], GeneratedList] = {}
+        self._matched: dict[tuple[str, str], CandidateList] = {}
+        self.generated_usage = _usage()
+
+    # ------------------------------------------------------------ properties
+    @property
+    def slice_table(self) -> SliceTable:
+        return self.data.table
+
+    @property
+    def slice_names(self) -> tuple[str, ...]:
+        return self.data.slice_names
+
+    @property
+    def llm(self) -> LLM:
+        """The LLM, loaded on first use."""
+        if self._llm is None:
+            self._llm = load_llm(self._llm_spec, cache=self._llm_cache)
+        return self._llm
+
+    @property
+    def llm_loaded(self) -> bool:
+        return self._llm is not None
+
+    @property
+    def token_meter(self) -> TokenMeter | None:
+        return self._llm.meter if self._llm is not None else None
+
+    @property
+    def generator(self) -> LLMListGenerator:
+        if self._generator is None:
+            self._generator = LLMListGenerator(self.llm, n=self.n_candidates, domain=self.domain,
+                                               meter_key="promptshift", **self._gen_options)
+        return self._generator
+
+    @property
+    def config(self) -> dict:
+        llm = self._llm.identity if self._llm is not None else {"spec": str(self._llm_spec)}
+        return {"data": self.data.config, "llm": llm, "n_candidates": self.n_candidates, "k": self.k,
+                "p": self.p, "rho": self.rho, "matcher": self.matcher.config, "domain": self.domain,
+                "exclude_history": self.exclude_history, "unmatched": self.unmatched,
+                "generation": dict(self._gen_options)}
+
+    # ----------------------------------------------------------------- lists
+    def set_match_threshold(self, threshold: float) -> None:
+        """Match every list again with another fuzzy threshold (no LLM call)."""
+        if threshold != self.matcher.threshold:
+            self.matcher = TitleMatcher(self.data.dataset.items, threshold=threshold)
+            self._matched.clear()
+
+    def preload(self, user: str, generated: GeneratedList) -> CandidateList:
+        """Put an already generated list (e.g. from a result file) into the cache."""
+        user = self.data.check_user(user)
+        self._generated[(user, generated.condition)] = generated
+        self._matched.pop((user, generated.condition), None)
+        return self._candidates(user, generated.condition)
+
+    def cached_list(self, user: str, condition: PromptCondition) -> CandidateList | None:
+        if (str(user), condition.name) not in self._generated:
+            return None
+        return self._candidates(str(user), condition.name)
+
+    def _candidates(self, user: str, condition: str) -> CandidateList:
+        key = (user, condition)
+        if key not in self._matched:
+            self._matched[key] = CandidateList.from_generated(
+                self._generated[key], self.matcher, history=self.data.history(user),
+                exclude_history=self.exclude_history)
+        return self._matched[key]
+
+    def lists_for(self, user: str, conditions: Sequence[PromptCondition]) -> tuple[list[CandidateList], dict]:
+        """The user's lists for `conditions`, generating the missing ones in one batched call."""
+        user = self.data.check_user(user)
+        missing = [c for c in dict.fromkeys(conditions) if (user, c.name) not in self._generated]
+        usage = _usage()
+        if missing:
+            history = self.data.history_titles(user)
+            for gen in self.generator.generate([(history, c) for c in missing]):
+                self._generated[(user, gen.condition)] = gen
+                usage["prompt_tokens"] += gen.prompt_tokens
+                usage["completion_tokens"] += gen.completion_tokens
+                usage["calls"] += 1
+                usage["cached_calls"] += int(gen.cached)
+            for key in usage:
+                self.generated_usage[key] += usage[key]
+        return [self._candidates(user, c.name) for c in conditions], usage
+
+    def episode(self, user: str, scenario: str) -> Episode:
+        """The user's lists for one identity-cue scenario (generated where missing)."""
+        user = str(user)
+        if scenario not in self.data.scenarios:
+            raise ConfigError(f"scenario {scenario!r} is not one of {self.data.scenarios}")
+        if user not in set(self.users):
+            raise ConfigError(f"user {user!r} is not among this engine's PromptShift users")
+        slice_id = self.data.slice_of(user, scenario)
+        conditions = [PromptCondition("history", slice_id), HISTORY_ONLY, *PARAPHRASE_CONDITIONS]
+        lists, usage = self.lists_for(user, conditions)
+        return Episode(user, scenario, slice_id, lists[0], lists[1], list(lists[2:]),
+                       self.data.mainstreamness(user, scenario), self.scenario_means[scenario], usage)
+
+    # --------------------------------------------------------------- scoring
+    def candidate_slots(self, episode: Episode) -> np.ndarray:
+        """The cued pool as N slice-table rows in LLM order (the env's `candidates` observation)."""
+        return episode.cue.slots(self.data.dataset.item_index, self.n_candidates)
+
+    def history_slots(self, user: str) -> np.ndarray:
+        """H_u as slice-table rows, oldest first, padded with UNMATCHED_SLOT to `history_len`."""
+        out = np.full(self.data.history_len, UNMATCHED_SLOT, dtype=np.int64)
+        rows = self.data.dataset.indices(self.data.history(user))
+        out[: len(rows)] = rows
+        return out
+
+    def evaluate(self, episode: Episode, order: Sequence[int], *, part: str = "test") -> dict[str, float]:
+        """Metrics of a reordering of the cued pool (`order`: slots, best first) against L^0.
+
+        `part="valid"` scores against the validation positives (for choosing parameters).
+        """
+        if part not in PARTS:
+            raise ConfigError(f"part must be one of {PARTS}, got {part!r}")
+        cue, ref = episode.cue, episode.reference
+        slots = [int(s) for s in order]
+        bad = [s for s in slots if not 0 <= s < len(cue.item_ids)]
+        if bad:
+            raise ConfigError(f"order names slots {bad[:5]} outside the pool of {len(cue.item_ids)}")
+        keys = cue.keys
+        return evaluate_ranking(self.slice_table, episode.slice_id, [cue.item_ids[s] for s in slots],
+                                ref.item_ids, self.data.positives(episode.user, part), pool=cue.item_ids,
+                                ranking_keys=[keys[s] for s in slots], reference_keys=ref.keys, k=self.k,
+                                p=self.p, rho=self.rho, unmatched=self.unmatched)
+
+    def list_drift(self, episode: Episode, candidates: CandidateList) -> float:
+        """Drift of a list's top K against the episode's history-only list L^0."""
+        return drift(episode.reference.keys[: self.k], candidates.keys[: self.k], self.p)
+
+    def prompt_effect(self, episode: Episode) -> dict:
+        """Cue Drift and SliceShift of the unmodified cue list (B0), and the paraphrase controls' Drift."""
+        base = self.evaluate(episode, range(len(episode.cue.item_ids)))
+        para = [self.list_drift(episode, pl) for pl in episode.paraphrases]
+        para_drift = float(np.mean(para)) if para else float("nan")
+        return {"cue_drift": base["drift"], "cue_slice_shift": base["slice_shift"],
+                "paraphrase_drift": para_drift, "paraphrase_drifts": para,
+                "delta_d": base["drift"] - para_drift}
+
+
+__all__ = ["CandidateList", "DEFAULT_LLM", "Episode", "PromptShiftEngine"]
