@@ -82,8 +82,17 @@ class ModelError(CtrlsimError, RuntimeError):
     """A model (LLM, encoder, recommender) failed."""
 
 
+class ServerResponseError(ModelError, ValueError):
+    """A model server answered with a body that is not the API's JSON (invalid JSON, no `choices`)."""
+
+
 class ModelNotFoundError(ModelError, LookupError):
     """A model spec resolves to nothing; the message says what would provide it."""
+
+
+class CacheCorruptionWarning(UserWarning):
+    """A response or embedding cache file was damaged: it was moved aside (the warning names both
+    paths) and a fresh cache started, so its entries are recomputed instead of failing the run."""
 
 
 class LLMOutputError(ModelError, ValueError):

@@ -1,43 +1,137 @@
-"""Any OpenAI-compatible HTTP server: vLLM serve, llama.cpp server, hosted APIs.
+"""Any OpenAI-compatible HTTP server: vLLM serve, llama.cpp server, hosted APIs (on the `openai` client).
 
-Chat templates are applied by the server, so a rating prompt cannot end inside
-the assistant turn; instead the last user message asks for a single digit and
-the digit distribution is read from the first token's `top_logprobs`. Servers
-that return no log-probs make `rate` raise; use `rate_by_generation` there.
-The API key is read from the environment (never from source).
+Spec: ``http://host:8000/v1#model`` (``#model`` optional: the server's first model is used).
+Several replicas of one model: ``http://a:8000/v1,http://b:8000/v1#model``; each request goes
+to the replica with the fewest requests in flight.
+
+* **Concurrency.** The conversations of one `chat` / `rate` batch go out together, at most
+  `max_concurrency` requests at a time; the server batches them (vLLM's continuous
+  batching, llama.cpp's parallel slots, or one replica each). Replies come back in the
+  batch's order, so metering and the response cache work as for any runtime.
+* **Faults.** Timeouts (`timeout` seconds per request), dropped connections, HTTP 408, 409,
+  429 and 5xx are retried `retries` times with exponential backoff from `backoff` seconds
+  (a server's `Retry-After` is honoured), each retry on the least busy replica; after that
+  a `ModelError` names the server. Other HTTP errors (400, 401, 404, ...) raise at once.
+  A reply that is not JSON or has no `choices` is a `ServerResponseError`.
+* **Ratings.** Chat templates are applied by the server, so a rating prompt cannot end
+  inside the assistant turn; instead the last user message asks for a single digit and the
+  digit distribution is read from the first token's `top_logprobs`. Servers that return no
+  log-probs make `rate` raise; use `rate_by_generation` there.
+* **Constrained decoding.** ``chat(json_schema=...)`` is sent as OpenAI's
+  ``response_format={"type": "json_schema", ...}`` (vLLM, OpenAI). llama-cpp-python's server
+  knows only ``{"type": "json_object", "schema": ...}``; when a server rejects the first
+  form, the second is used from then on (``schema_style="json_object"`` skips that probe).
+
+The API key is read from the environment variable `api_key_env` (never from source).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import urllib.error
-import urllib.request
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from ctrlsim.backends.llm import RATING_DIGITS, LLM, Completion, Conversation, DigitScores, GenerationParams
-from ctrlsim.errors import LLMOutputError, ModelError
+from ctrlsim.backends.llm import LLM, RATING_DIGITS, Completion, Conversation, DigitScores, GenerationParams
+from ctrlsim.errors import (
+    ConfigError,
+    LLMOutputError,
+    MissingDependencyError,
+    ModelError,
+    ServerResponseError,
+)
 
 DIGIT_INSTRUCTION = "Answer with a single digit from 0 to 5 and nothing else."
+RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
+SCHEMA_STYLES = ("json_schema", "json_object")  # OpenAI / vLLM form, llama-cpp-python server form
+SNIPPET = 300  # characters of a bad body quoted in an error
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def import_openai():
+    """The `openai` client module, or a MissingDependencyError naming the `serve` extra."""
+    try:
+        import openai
+    except ImportError as exc:
+        raise MissingDependencyError("openai", "serve", "OpenAI-compatible model servers") from exc
+    return openai
+
+
+def parse_base_urls(base_url: str | Sequence[str]) -> list[str]:
+    """One or more server URLs (a comma-separated string or a list), without trailing slashes."""
+    parts = base_url.split(",") if isinstance(base_url, str) else list(base_url)
+    urls = [p.strip().rstrip("/") for p in parts if p and p.strip()]
+    if not urls:
+        raise ConfigError(f"no server URL in {base_url!r}")
+    bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+    if bad:
+        shown = ", ".join(map(repr, bad))
+        raise ConfigError(f"server URL(s) must start with http:// or https://; got {shown}")
+    if len(set(urls)) != len(urls):
+        raise ConfigError(f"server URL given more than once in {base_url!r}")
+    return urls
+
+
+def retryable_status(status: int) -> bool:
+    return status in RETRY_STATUSES or status >= 500
+
+
+@dataclass
+class _Replica:
+    url: str
+    client: Any  # openai.OpenAI
+    in_flight: int = 0
 
 
 class OpenAICompatLLM(LLM):
     runtime = "openai-compatible"
-    supports_json_schema = True  # sent as OpenAI's response_format json_schema; the server enforces it
+    supports_json_schema = True
 
-    def __init__(self, base_url: str, *, model: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 120.0, top_logprobs: int = 20, **kwargs):
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
+    def __init__(self, base_url: str | Sequence[str], *, model: str | None = None,
+                 api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0, top_logprobs: int = 20,
+                 max_concurrency: int = 8, retries: int = 4, backoff: float = 0.25, max_backoff: float = 30.0,
+                 schema_style: str = "json_schema", **kwargs):
+        urls = parse_base_urls(base_url)
+        for name, value, low in (("max_concurrency", max_concurrency, 1), ("retries", retries, 0),
+                                 ("top_logprobs", top_logprobs, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+        for name, value in (("timeout", timeout), ("backoff", backoff), ("max_backoff", max_backoff)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        openai = import_openai()
+        self.timeout = float(timeout)
         self.top_logprobs = top_logprobs
-        self._api_key = os.environ.get(api_key_env, "")
+        self.max_concurrency = max_concurrency
+        self.retries = retries
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        # A server without authentication ignores the key; the client insists on having one.
+        api_key = os.environ.get(api_key_env) or "no-key"
+        # The client's own retries are off: ours spread retries over replicas and end in a ModelError.
+        self._replicas = [_Replica(url, openai.OpenAI(base_url=url, api_key=api_key, timeout=self.timeout,
+                                                      max_retries=0)) for url in urls]
+        self._lock = threading.Lock()
+        self._turn = itertools.count()
+        if schema_style not in SCHEMA_STYLES:
+            raise ConfigError(f"schema_style must be one of {', '.join(SCHEMA_STYLES)}; got {schema_style!r}")
+        self._schema_style = schema_style
         if model is None:
-            models = self._request("GET", "/models")["data"]
-            if not models:
-                raise ModelError(f"{self.base_url} serves no models")
-            model = models[0]["id"]
+            model = self._first_model()
         self.model = model
         super().__init__(model, **kwargs)
+
+    # ----------------------------------------------------------- identity
+    @property
+    def base_url(self) -> str:
+        return ",".join(r.url for r in self._replicas)
 
     @property
     def identity(self) -> dict:
@@ -46,46 +140,152 @@ class OpenAICompatLLM(LLM):
     def cache_identity(self) -> str:
         return f"{self.runtime}:{self.base_url}:{self.model}"
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json",
-                                              **({"Authorization": f"Bearer {self._api_key}"} if self._api_key else {})})
+    def close(self) -> None:
+        for replica in self._replicas:
+            replica.client.close()
+
+    # ----------------------------------------------------------- transport
+    def _acquire(self) -> _Replica:
+        with self._lock:
+            start, n = next(self._turn), len(self._replicas)
+            replica = min((self._replicas[(start + i) % n] for i in range(n)), key=lambda r: r.in_flight)
+            replica.in_flight += 1
+            return replica
+
+    def _release(self, replica: _Replica) -> None:
+        with self._lock:
+            replica.in_flight -= 1
+
+    def _delay(self, attempt: int, error: Exception | None) -> float:
+        delay = self.backoff * 2 ** (attempt - 1)
+        response = getattr(error, "response", None)
+        retry_after = response.headers.get("retry-after") if response is not None else None
+        if retry_after:
+            try:
+                delay = max(delay, float(retry_after))
+            except ValueError:
+                pass  # an HTTP date: keep our own backoff
+        return min(delay, self.max_backoff)
+
+    def _call(self, path: str, send: Callable[[Any], Any]) -> dict:
+        """`send(client)` on the least busy replica, retried on transient faults; the reply's JSON."""
+        openai = import_openai()
+        error: Exception | None = None
+        url = self._replicas[0].url
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self._delay(attempt, error))
+            replica = self._acquire()
+            url = replica.url
+            try:
+                raw = send(replica.client)
+                return self._parse_json(raw.text, url + path)
+            except openai.APIStatusError as exc:
+                if not retryable_status(exc.status_code):
+                    raise ModelError(f"{url}{path}: HTTP {exc.status_code}: "
+                                     f"{_body_text(exc)[:SNIPPET]!r}") from exc
+                error = exc
+            except openai.APIConnectionError as exc:  # refused, dropped, timed out
+                error = exc
+            finally:
+                self._release(replica)
+        tries = f"after {self.retries + 1} attempt{'s' if self.retries else ''}"
+        if isinstance(error, openai.APIStatusError):
+            raise ModelError(f"{url}{path}: HTTP {error.status_code} {tries}: "
+                             f"{_body_text(error)[:SNIPPET]!r}") from error
+        kind = "timed out" if isinstance(error, openai.APITimeoutError) else "connection failed"
+        raise ModelError(f"cannot reach {url}{path} ({kind} {tries}): {error}") from error
+
+    @staticmethod
+    def _parse_json(text: str, where: str) -> dict:
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            raise ModelError(f"{self.base_url}{path}: HTTP {exc.code}: {exc.read()[:300]!r}") from exc
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-            raise ModelError(f"cannot reach {self.base_url}{path}: {exc}") from exc
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ServerResponseError(f"{where} answered with invalid JSON ({exc.msg}): "
+                                      f"{text[:SNIPPET]!r}") from None
+        if not isinstance(data, dict):
+            raise ServerResponseError(f"{where} answered with JSON that is not an object: {text[:SNIPPET]!r}")
+        return data
+
+    def _first_model(self) -> str:
+        data = self._call("/models", lambda client: client.models.with_raw_response.list())
+        models = data.get("data")
+        if not isinstance(models, list):
+            raise ServerResponseError(f"{self.base_url}/models: reply has no 'data' list: "
+                                      f"{json.dumps(data)[:SNIPPET]!r}")
+        if not models or not isinstance(models[0], dict) or "id" not in models[0]:
+            raise ModelError(f"{self.base_url} serves no models")
+        return models[0]["id"]
+
+    def _chat_completion(self, body: dict) -> tuple[dict, dict]:
+        """POST /chat/completions; the first choice and the usage, checked for shape."""
+        data = self._call("/chat/completions",
+                          lambda client: client.chat.completions.with_raw_response.create(**body))
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict) \
+                or not isinstance(choices[0].get("message"), dict):
+            raise ServerResponseError(f"{self.base_url}/chat/completions: reply has no 'choices' with a "
+                                      f"message: {json.dumps(data)[:SNIPPET]!r}")
+        usage = data.get("usage")
+        return choices[0], usage if isinstance(usage, dict) else {}
+
+    def _concurrently(self, fn: Callable[[T], R], items: list[T]) -> list[R]:
+        """`[fn(x) for x in items]`, at most `max_concurrency` at a time; the first error cancels the rest."""
+        if len(items) <= 1 or self.max_concurrency == 1:
+            return [fn(x) for x in items]
+        pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items)),
+                                  thread_name_prefix="ctrlsim-openai")
+        futures = [pool.submit(fn, x) for x in items]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+            return [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------- runtime
+    def _response_format(self, schema: dict) -> dict:
+        if self._schema_style == "json_object":
+            return {"type": "json_object", "schema": schema}
+        return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
 
     def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
-        out = []
-        for conv in conversations:
-            body = {"model": self.model, "messages": conv, "max_tokens": params.max_tokens,
-                    "temperature": params.temperature, "top_p": params.top_p}
+        def one(conv: Conversation) -> Completion:
+            body: dict = {"model": self.model, "messages": conv, "max_tokens": params.max_tokens,
+                          "temperature": params.temperature, "top_p": params.top_p}
             if params.seed is not None:
                 body["seed"] = params.seed
             if params.stop:
                 body["stop"] = list(params.stop)
             if params.json_schema is not None:
-                body["response_format"] = {"type": "json_schema",
-                                           "json_schema": {"name": "reply", "schema": params.schema, "strict": True}}
-            res = self._request("POST", "/chat/completions", body)
-            choice, usage = res["choices"][0], res.get("usage") or {}
-            out.append(Completion(choice["message"].get("content") or "", int(usage.get("prompt_tokens", 0)),
-                                  int(usage.get("completion_tokens", 0)), choice.get("finish_reason") or "stop"))
-        return out
+                body["response_format"] = self._response_format(params.schema)
+                try:
+                    choice, usage = self._chat_completion(body)
+                except ModelError as exc:
+                    if not self._rejects_schema_style(exc):
+                        raise
+                    self._schema_style = "json_object"  # llama-cpp-python's server form
+                    body["response_format"] = self._response_format(params.schema)
+                    choice, usage = self._chat_completion(body)
+            else:
+                choice, usage = self._chat_completion(body)
+            return Completion(choice["message"].get("content") or "", int(usage.get("prompt_tokens") or 0),
+                              int(usage.get("completion_tokens") or 0), choice.get("finish_reason") or "stop")
+
+        return self._concurrently(one, conversations)
+
+    def _rejects_schema_style(self, exc: ModelError) -> bool:
+        # llama-cpp-python's server answers the OpenAI form with a validation error (HTTP 500)
+        # saying response_format's type should be 'text' or 'json_object'.
+        text = str(exc)
+        return self._schema_style == "json_schema" and "response_format" in text and "json_object" in text
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
-        out = []
-        for conv in conversations:
+        def one(conv: Conversation) -> DigitScores:
             conv = [dict(m) for m in conv]
             conv[-1]["content"] = f"{conv[-1]['content']}\n{DIGIT_INSTRUCTION}"
             body = {"model": self.model, "messages": conv, "max_tokens": 1, "temperature": 0.0,
                     "logprobs": True, "top_logprobs": self.top_logprobs}
-            res = self._request("POST", "/chat/completions", body)
-            choice = res["choices"][0]
+            choice, usage = self._chat_completion(body)
             content = (choice.get("logprobs") or {}).get("content")
             if not content:
                 raise LLMOutputError(f"{self.base_url} returned no logprobs, so digit rating is impossible "
@@ -96,5 +296,14 @@ class OpenAICompatLLM(LLM):
                 if token in RATING_DIGITS:
                     k = RATING_DIGITS.index(token)
                     digit[k] = np.logaddexp(digit[k], entry["logprob"])
-            out.append(DigitScores(digit, int((res.get("usage") or {}).get("prompt_tokens", 0))))
-        return out
+            return DigitScores(digit, int(usage.get("prompt_tokens") or 0))
+
+        return self._concurrently(one, conversations)
+
+
+def _body_text(error) -> str:
+    response = getattr(error, "response", None)
+    try:
+        return response.text if response is not None else str(error)
+    except Exception:  # noqa: BLE001 - a streamed body that cannot be read: fall back to the message
+        return str(error)

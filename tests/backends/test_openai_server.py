@@ -1,0 +1,300 @@
+"""The OpenAI-compatible runtime: concurrency and caching against real llama.cpp servers, faults
+against a scripted HTTP server that answers with exactly the failure under test."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from ctrlsim.backends.bundled import bundled_llm_path
+from ctrlsim.backends.cache import ResponseCache
+from ctrlsim.backends.openai_compat import OpenAICompatLLM, parse_base_urls
+from ctrlsim.errors import ConfigError, ModelError, ModelNotFoundError, ServerResponseError
+
+pytest.importorskip("openai")
+
+HELLO = [[{"role": "user", "content": "Say hello."}]]
+GOOD_REPLY = {"choices": [{"message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
+              "usage": {"prompt_tokens": 5, "completion_tokens": 1}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------- a scripted, misbehaving server
+
+class ScriptedServer:
+    """Answers POST /v1/chat/completions with the next scripted action; records every request."""
+
+    def __init__(self, script):
+        self.script, self.requests = list(script), []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self._send(200, json.dumps({"data": [{"id": "scripted-model"}]}))
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
+                action = outer.script.pop(0) if outer.script else ("ok",)
+                kind = action[0]
+                if kind == "ok":
+                    self._send(200, json.dumps(GOOD_REPLY))
+                elif kind == "status":
+                    self._send(action[1], json.dumps({"error": "scripted"}), headers=action[2:] and action[2])
+                elif kind == "raw":
+                    self._send(200, action[1])
+                elif kind == "drop":  # close the connection without any answer
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                elif kind == "sleep":
+                    time.sleep(action[1])
+                    self._send(200, json.dumps(GOOD_REPLY))
+
+            def _send(self, status, text, headers=None):
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def scripted_llm(server, **options):
+    options = {"retries": 2, "backoff": 0.01, "timeout": 5.0, **options}
+    return OpenAICompatLLM(server.url, model="scripted-model", **options)
+
+
+@pytest.mark.parametrize("failure", [("status", 503), ("status", 429, {"Retry-After": "0"}), ("drop",),
+                                     ("status", 502)])
+def test_transient_failures_are_retried(failure):
+    with ScriptedServer([failure, failure]) as server:
+        reply = scripted_llm(server).chat(HELLO)[0]
+    assert reply.text == "hello" and len(server.requests) == 3
+
+
+def test_persistent_5xx_becomes_a_model_error_naming_the_server():
+    with ScriptedServer([("status", 500)] * 3) as server:
+        where = r"127\.0\.0\.1:\d+/v1/chat/completions"
+        with pytest.raises(ModelError, match=where + ": HTTP 500 after 3 attempts"):
+            scripted_llm(server).chat(HELLO)
+    assert len(server.requests) == 3
+
+
+def test_client_errors_are_not_retried():
+    with ScriptedServer([("status", 400)]) as server:
+        with pytest.raises(ModelError, match="HTTP 400"):
+            scripted_llm(server).chat(HELLO)
+    assert len(server.requests) == 1
+
+
+def test_timeout_per_request():
+    with ScriptedServer([("sleep", 2.0)]) as server:
+        with pytest.raises(ModelError, match=r"cannot reach .* \(timed out after 1 attempt\)"):
+            scripted_llm(server, timeout=0.3, retries=0).chat(HELLO)
+
+
+@pytest.mark.parametrize("body, problem", [
+    ("<html>busy</html>", "invalid JSON"),
+    (json.dumps({"id": "x", "object": "chat.completion"}), "no 'choices'"),
+    (json.dumps({"choices": []}), "no 'choices'"),
+    (json.dumps([1, 2]), "not an object"),
+])
+def test_malformed_replies_are_typed_errors(body, problem):
+    with ScriptedServer([("raw", body)]) as server:
+        with pytest.raises(ServerResponseError, match=problem):
+            scripted_llm(server).chat(HELLO)
+    assert len(server.requests) == 1  # a malformed body is not a transient fault
+
+
+def test_request_body_carries_the_generation_parameters_and_schema():
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+    with ScriptedServer([]) as server:
+        llm = scripted_llm(server)
+        llm.chat(HELLO, max_tokens=7, temperature=0.5, seed=3, stop=["\n"], json_schema=schema)
+    body = server.requests[0]
+    assert (body["model"], body["max_tokens"], body["temperature"], body["seed"], body["stop"]) == \
+        ("scripted-model", 7, 0.5, 3, ["\n"])
+    assert body["response_format"] == {"type": "json_schema",
+                                       "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+
+
+def test_model_is_read_from_the_server_when_not_given():
+    with ScriptedServer([]) as server:
+        llm = OpenAICompatLLM(server.url)
+    assert llm.model == "scripted-model" and llm.identity["base_url"] == server.url
+
+
+def test_unreachable_server_is_a_model_error():
+    with pytest.raises(ModelError, match="cannot reach http://127.0.0.1"):
+        OpenAICompatLLM(f"http://127.0.0.1:{_free_port()}/v1", retries=1, backoff=0.01)
+
+
+@pytest.mark.parametrize("urls, message", [("", "no server URL"), ("ftp://x/v1", "must start with http"),
+                                           ("http://a/v1,http://a/v1/", "more than once")])
+def test_bad_urls(urls, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_base_urls(urls)
+
+
+def test_bad_options():
+    with pytest.raises(ConfigError, match="max_concurrency"):
+        OpenAICompatLLM("http://127.0.0.1:9/v1", model="m", max_concurrency=0)
+
+
+# ------------------------------------------------------------------ real llama.cpp servers
+
+def _start_server(model, log_path):
+    port = _free_port()
+    log = open(log_path, "wb")  # a file, not a pipe: an unread pipe fills up and blocks the server
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+                             "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1",
+                             "--n_threads_batch", "1", "--n_ctx", "1024"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    return proc, log, f"http://127.0.0.1:{port}/v1"
+
+
+def _wait_ready(proc, url, log_path, deadline):
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/models", timeout=2) as resp:
+                json.loads(resp.read())
+            return
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail("llama_cpp.server exited: " + log_path.read_text()[-500:])
+            time.sleep(0.5)
+    pytest.fail(f"llama_cpp.server at {url} did not start in time")
+
+
+@pytest.fixture(scope="module")
+def two_slots(tmp_path_factory):
+    """Two parallel slots serving smollm2-135m: llama-cpp-python's server answers one request at a
+    time, so each slot is its own `python -m llama_cpp.server` process, given as two replicas."""
+    pytest.importorskip("llama_cpp.server", exc_type=ImportError)
+    try:
+        model = bundled_llm_path("smollm2-135m")
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    folder = tmp_path_factory.mktemp("servers")
+    servers = [_start_server(model, folder / f"server{i}.log") for i in range(2)]
+    try:
+        for i, (proc, _, url) in enumerate(servers):
+            _wait_ready(proc, url, folder / f"server{i}.log", time.time() + 120)
+        yield [url for _, _, url in servers]
+    finally:
+        for proc, log, _ in servers:
+            proc.terminate()
+            proc.wait(timeout=10)
+            log.close()
+
+
+class TimedLLM(OpenAICompatLLM):
+    """Records when each request was in flight and which replica it went to."""
+
+    def __init__(self, *args, **kwargs):
+        self.spans: list[tuple[float, float]] = []
+        self.replicas_used: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def _acquire(self):
+        replica = super()._acquire()
+        self.replicas_used.append(replica.url)
+        return replica
+
+    def _chat_completion(self, body):
+        start = time.perf_counter()
+        try:
+            return super()._chat_completion(body)
+        finally:
+            self.spans.append((start, time.perf_counter()))
+
+
+def _overlaps(spans) -> bool:
+    spans = sorted(spans)
+    return any(later_start < earlier_end for (_, earlier_end), (later_start, _) in zip(spans, spans[1:]))
+
+
+BATCH = [[{"role": "user", "content": f"Name one film about {topic}."}]
+         for topic in ("trains", "the sea", "chess", "winter")]
+
+
+@pytest.mark.llm
+def test_batch_is_answered_concurrently_by_two_slots(two_slots):
+    both = ",".join(two_slots)
+    serial = TimedLLM(both, max_concurrency=1)
+    started = time.perf_counter()
+    serial_replies = serial.chat(BATCH, max_tokens=12)
+    serial_seconds = time.perf_counter() - started
+    parallel = TimedLLM(both, max_concurrency=2)
+    started = time.perf_counter()
+    parallel_replies = parallel.chat(BATCH, max_tokens=12)
+    parallel_seconds = time.perf_counter() - started
+    print(f"\n4 conversations: {serial_seconds:.2f} s one at a time, {parallel_seconds:.2f} s two at a time "
+          f"(x{serial_seconds / parallel_seconds:.2f})")
+    assert not _overlaps(serial.spans)
+    assert _overlaps(parallel.spans)  # requests were in flight at the same time ...
+    assert set(parallel.replicas_used) == set(two_slots)  # ... on both slots
+    # Greedy decoding: the same replies, in the batch's order, however they were sent.
+    assert [r.text for r in parallel_replies] == [r.text for r in serial_replies]
+    assert all(r.completion_tokens > 0 for r in parallel_replies)
+
+
+@pytest.mark.llm
+def test_response_cache_replays_bit_identically(two_slots, tmp_path):
+    cache_path = tmp_path / "responses.sqlite"
+    first = TimedLLM(two_slots[0], max_concurrency=2, cache=ResponseCache(cache_path))
+    replies = first.chat(BATCH, max_tokens=12)
+    ratings = first.rate([[{"role": "user", "content": f"Rate the film {t} from 0 to 5."}]
+                          for t in ("Heat (1995)", "Fargo (1996)")])
+    assert not any(r.cached for r in replies) and len(first.spans) == 6
+    again = TimedLLM(two_slots[0], max_concurrency=2, cache=ResponseCache(cache_path))
+    replayed = again.chat(BATCH, max_tokens=12)
+    replayed_ratings = again.rate([[{"role": "user", "content": f"Rate the film {t} from 0 to 5."}]
+                                   for t in ("Heat (1995)", "Fargo (1996)")])
+    assert again.spans == []  # nothing went to the server
+    assert all(r.cached for r in replayed)
+    assert [(r.text, r.prompt_tokens, r.completion_tokens, r.finish_reason) for r in replayed] == \
+        [(r.text, r.prompt_tokens, r.completion_tokens, r.finish_reason) for r in replies]
+    assert np.array_equal(replayed_ratings, ratings)  # the same float64 bits
+    assert again.meter.total.prompt_tokens == first.meter.total.prompt_tokens
+
+
+@pytest.mark.llm
+def test_json_schema_reaches_llama_cpp_server(two_slots):
+    llm = OpenAICompatLLM(two_slots[1])
+    schema = {"type": "object", "properties": {"title": {"type": "string"}, "year": {"type": "integer"}},
+              "required": ["title", "year"]}
+    reply = llm.chat([[{"role": "user", "content": "Name a film and its year."}]], max_tokens=48,
+                     json_schema=schema)[0]
+    data = json.loads(reply.text)
+    assert isinstance(data["title"], str) and isinstance(data["year"], int)
