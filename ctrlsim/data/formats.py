@@ -72,7 +72,7 @@ def load_atomic(folder: str | Path, name: str | None = None) -> Dataset:
     require_columns(inter, ["user_id", "item_id"], inter_path)
     time_col = _first_present(inter, ("timestamp", "time"))
     # An empty rating or time would otherwise surface as a bare pandas casting error.
-    require_complete(inter, ["user_id", "item_id"] + [c for c in ("rating", time_col) if c in inter],
+    require_complete(inter, ["user_id", "item_id"] + [c for c in ("rating", time_col) if c and c in inter],
                      inter_path)
     out = pd.DataFrame({
         "user_id": inter["user_id"],
@@ -310,7 +310,7 @@ def load_amazon(reviews: str | Path, metadata: str | Path | None = None, *, name
     if inter.empty:
         raise DataFileError(reviews, "no reviews")
 
-    source = {"format": "amazon-jsonl", "reviews": str(reviews)}
+    source: dict[str, object] = {"format": "amazon-jsonl", "reviews": str(reviews)}
     if metadata is not None:
         metadata = Path(metadata)
         meta = []

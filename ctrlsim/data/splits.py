@@ -39,7 +39,7 @@ def chronological_split(dataset: Dataset, fractions: tuple[float, float, float] 
     valid_end = np.rint((fractions[0] + fractions[1]) * n)
     part = np.where(pos < fit_end, 0, np.where(pos < valid_end, 1, 2))
     fit, valid, test = (inter[part == k].reset_index(drop=True) for k in range(3))
-    return ChronologicalSplit(fit, valid, test, tuple(fractions))
+    return ChronologicalSplit(fit, valid, test, (fractions[0], fractions[1], fractions[2]))
 
 
 # Age groups for identity cues ("young adult", "middle-aged", "older"; PromptShift

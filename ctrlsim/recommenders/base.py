@@ -124,11 +124,10 @@ class Recommender:
         for state in states:
             self.dataset.check_items(state.history)
             self.dataset.check_items(state.shown)
-        scores = self.score_candidates(states, pools) if pools is not None else None
-        if scores is None:
-            dense = self.score_all(states)
-            pools = [None] * len(states)
-            scores = list(dense)
+        if pools is None:  # the whole catalogue
+            return [self._top_k(state, None, np.asarray(s, dtype=np.float64), k)
+                    for state, s in zip(states, self.score_all(states))]
+        scores = self.score_candidates(states, pools)
         return [self._top_k(state, pool, np.asarray(s, dtype=np.float64), k)
                 for state, pool, s in zip(states, pools, scores)]
 
@@ -152,7 +151,7 @@ class Recommender:
         if not candidates:
             raise ConfigError("the candidate pool is empty")
         if all(isinstance(c, str) for c in candidates):
-            shared = self.dataset.indices(candidates)
+            shared = self.dataset.indices(str(c) for c in candidates)
             return [shared] * len(states)
         if len(candidates) != len(states):
             raise ConfigError(f"got {len(candidates)} candidate pools for {len(states)} states")
@@ -166,7 +165,7 @@ class Recommender:
     def _top_k(self, state: UserState, pool: np.ndarray | None, scores: np.ndarray, k: int) -> Slate:
         index = pool if pool is not None else np.arange(len(scores))
         keep = np.isfinite(scores) | (scores == np.inf)
-        banned = set()
+        banned: set[str] = set()
         if self.exclude_history:
             banned.update(state.history)
         if self.mask_shown:
