@@ -30,8 +30,9 @@ def read_delimited(path: str | Path, *, sep: str, names: list[str] | None = None
 
     The file is read without a header and without an index column, so a row with
     an extra field is an error naming its line (pandas would otherwise take the
-    first column of every row as an index and shift the columns), and a headerless
-    file whose rows all have more or fewer fields than `names` is an error too.
+    first column of every row as an index and shift the columns), and so is a
+    headerless file whose rows have more fields than `names`. Short rows come back
+    with missing values.
     """
     path = existing_file(path)
     engine = "python" if len(sep) > 1 else "c"
@@ -55,6 +56,9 @@ def read_delimited(path: str | Path, *, sep: str, names: list[str] | None = None
         columns = df.iloc[0].tolist() if len(df) else []
         if any(pd.isna(c) for c in columns):
             raise DataFileError(path, f"line 1: the header has an empty field name: {columns}")
+        repeated = sorted({c for c in columns if columns.count(c) > 1})
+        if repeated:
+            raise DataFileError(path, f"line 1: the header repeats field name(s) {repeated}")
         df = df.iloc[1:].reset_index(drop=True)
         df.columns = [str(c) for c in columns]
     elif names is not None:
