@@ -10,8 +10,11 @@ TMDb popularity: the number of ratings stands in). Users need at least
 `min_ratings` (100, as in the paper) ratings; a (user, tag) whose quotas cannot
 be met is skipped. On ml-100k only genre tags with enough items are feasible at
 pool size 100 (e.g. not Film-Noir with 24 items); "unknown" is not a tag.
-Oracle condition: each pool item's description states whether the steered tag
-applies ("This movie is about: Horror." / "This movie is not about: Horror.").
+Item text (what both rankers and the profile writer read) is tag-free: title and
+year, plus the description when one is attached, as in the paper's "title and TMDb
+description". Oracle condition: each pool item's description also states whether
+the steered tag applies ("This movie is about: Horror." / "This movie is not about:
+Horror."). `show_tags=True` is a named variant that lists every item's tags.
 """
 from __future__ import annotations
 
@@ -19,20 +22,22 @@ import re
 import string
 import unicodedata
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 import pandas as pd
+from ctrlsim.envs.engine import InvalidAction
 from gymnasium import spaces
 
 from ctrlsim.backends import LLM, load_llm
 from ctrlsim.data import Dataset, load_dataset
 from ctrlsim.errors import ConfigError, DataError
-from ctrlsim.metrics import auc_t, coverage_at_k, ndcg_at_k, rank_set
+from ctrlsim.metrics.steereval import steereval_figures
 from ctrlsim.recommenders import UserState
 from ctrlsim.recommenders.nl_profile import NLProfileRecommender
-from ctrlsim.recommenders.prompts import fallback_description
+from ctrlsim.recommenders.prompts import item_description
+from ctrlsim.seeding import derive_rng
 
 DIRECTIONS = ("increase", "decrease")
 PROFILE_CHARSET = string.printable  # observations/actions are ASCII-normalised text
@@ -63,17 +68,24 @@ def eligible_users(ds: Dataset, min_ratings: int = 100) -> list[str]:
 
 
 def build_scenario(ds: Dataset, user_id: str, tag: str, direction: str, *, pool_size: int = 100,
-                   history_len: int = 50, tag_kind: str | None = None) -> Scenario | None:
-    """The scenario for (user, tag, direction), or None when its pool quotas cannot be filled."""
+                   history_len: int = 50, tag_kind: str | None = None,
+                   items: frozenset[str] | set[str] | None = None) -> Scenario | None:
+    """The scenario for (user, tag, direction), or None when its pool quotas cannot be filled.
+
+    `items` restricts the catalogue (SteerEval drops movies without a TMDb description):
+    the history, the next item and the pool then come from those items only, while every
+    item the user rated stays out of the pool.
+    """
     if direction not in DIRECTIONS:
         raise ConfigError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     if pool_size < 2 or pool_size % 2:
         raise ConfigError(f"pool_size must be an even number >= 2, got {pool_size}")
-    hist = ds.history(user_id)
+    full = ds.history(user_id)
+    rated = set(full["item_id"])
+    hist = full if items is None else full[full["item_id"].isin(items)]
     if len(hist) <= history_len:
         return None
     relevant = set(ds.items_with_tag(tag))
-    rated = set(hist["item_id"])
     next_item = str(hist["item_id"].iat[history_len])
     pop = ds.items.set_index("item_id")["popularity"]
     target_pop = pop[next_item]
@@ -81,7 +93,8 @@ def build_scenario(ds: Dataset, user_id: str, tag: str, direction: str, *, pool_
     pool = [next_item]
     for want_relevant in (True, False):
         quota = half - ((next_item in relevant) == want_relevant)
-        cands = [i for i in ds.item_ids if (i in relevant) == want_relevant and i not in rated]
+        cands = [i for i in ds.item_ids if (i in relevant) == want_relevant and i not in rated
+                 and (items is None or i in items)]
         if len(cands) < quota:
             return None
         gaps = np.abs(pop.loc[cands].to_numpy() - target_pop)
@@ -127,21 +140,33 @@ def edit_problems(original: str, steered: str, tag: str) -> list[str]:
 
 
 def oracle_descriptions(ds: Dataset, tag: str) -> pd.Series:
-    """Each item's usual description plus a sentence stating whether `tag` applies."""
+    """Each item's usual (tag-free) description plus a sentence stating whether `tag` applies."""
     relevant = set(ds.items_with_tag(tag))
     notes = []
     for _, item in ds.items.iterrows():
-        base = str(item.get("description", "") or "") or fallback_description(item)
-        notes.append(f"{base}. This movie is {'' if item['item_id'] in relevant else 'not '}about: {tag}.")
+        base = item_description(item)
+        sentence = f"This movie is {'' if item['item_id'] in relevant else 'not '}about: {tag}."
+        notes.append(f"{base} {sentence}" if base else sentence)
     return pd.Series(notes, index=ds.items["item_id"].to_numpy())
 
 
-class SteerEvalEnv(gym.Env):
+def rank_pool(pool: Sequence[str], scores: np.ndarray, tie_order: np.ndarray) -> list[str]:
+    """Pool items by descending score; equal scores in the order of `tie_order` (a permutation)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if len(scores) != len(pool) or len(tie_order) != len(pool):
+        raise ConfigError(f"got {len(scores)} scores and {len(tie_order)} tie ranks for {len(pool)} items")
+    order = np.lexsort((tie_order, -scores))
+    return [pool[i] for i in order]
+
+
+class SteerEvalEnv(gym.Env[dict, str]):
     """SteerEval steering scenario as a one-step episode.
 
     Observation (Dict): `profile` - the original profile (Text, ASCII);
     `tag` - index into `env.tags`; `direction` - 0 increase, 1 decrease.
-    Action: the steered profile (Text).
+    Action: the steered profile (Text, ASCII, at most 4000 characters); anything the
+    action space does not contain raises `InvalidAction`. `to_observation_text`
+    turns free LLM text into a valid action.
     Reward: signed ΔAUC_t = AUC_t(steered) - AUC_t(original) for increase, and
     its negation for decrease, so higher is always better steering.
     Episode end: `terminated=True` after the one step.
@@ -149,9 +174,16 @@ class SteerEvalEnv(gym.Env):
     relevance, coverage@k and ndcg@k (tag items as relevant) before/after,
     edit_problems (refusal/misreading flags), the scenario and the raw texts.
     Seeding: `reset(seed=...)`; the scenario (user, tag, direction) is drawn
-    from `self.np_random` unless `options={"scenario": Scenario}`.
+    from `self.np_random` unless `options={"scenario": Scenario}`. Equal scores
+    are ranked in a random order drawn from (`tie_seed`, user, tag), the same
+    order for the original and the steered profile.
     Options: ranker "llm" | "embedding"; llm spec or LLM; encoder; profile_style
-    "paragraph" | "sentence"; rating "digits" | "generate"; oracle; tags.
+    "paragraph" | "sentence"; rating "digits" | "generate"; oracle (item texts
+    state the steered tag's relevance); show_tags (item texts list their tags:
+    leaks relevance, a named variant only); tag_phrases (tag -> the phrase the
+    templates use, e.g. a renamed trigger); items (the catalogue items scenarios
+    may use, e.g. those with a description).
+    Render: mode "ansi" returns a one-line summary; without a mode, None.
     The LLM loads on first use (construction is cheap).
     """
 
@@ -159,20 +191,30 @@ class SteerEvalEnv(gym.Env):
 
     def __init__(self, *, dataset: Dataset | str = "ml-100k", llm: LLM | str = "qwen2.5-1.5b",
                  ranker: str = "llm", encoder: str = "minilm", profile_style: str = "paragraph",
-                 rating: str = "digits", oracle: bool = False, tags: Sequence[str] | None = None,
-                 pool_size: int = 100, history_len: int = 50, min_ratings: int = 100, k: int = 10,
-                 render_mode: str | None = None):
+                 rating: str = "digits", oracle: bool = False, show_tags: bool = False,
+                 tags: Sequence[str] | None = None, tag_phrases: Mapping[str, str] | None = None,
+                 items: Sequence[str] | None = None, pool_size: int = 100, history_len: int = 50,
+                 min_ratings: int = 100, k: int = 10, tie_seed: int = 0, render_mode: str | None = None):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(f"render_mode must be None or one of {self.metadata['render_modes']}, "
+                              f"got {render_mode!r}")
         self.dataset = load_dataset(dataset) if isinstance(dataset, str) else dataset
         self.tags = list(tags) if tags is not None else [t for t in self.dataset.tags if t not in NON_TAGS]
         if not self.tags:
             raise ConfigError("SteerEval needs at least one tag")
+        unknown = [t for t in self.tags if t not in set(self.dataset.tags)]
+        if unknown:
+            raise ConfigError(f"unknown tag(s) {unknown} for dataset {self.dataset.name!r}")
+        self.tag_phrases = dict(tag_phrases or {})
+        self.items = None if items is None else frozenset(map(str, items))
         self.users = eligible_users(self.dataset, min_ratings)
         if not self.users:
             raise DataError(f"no user of {self.dataset.name} has >= {min_ratings} ratings")
         self.pool_size, self.history_len, self.k, self.oracle = pool_size, history_len, k, oracle
+        self.tie_seed = tie_seed
         self._llm_spec, self._llm = llm, None
         self.recommender_options = {"ranker": ranker, "encoder": encoder, "profile_style": profile_style,
-                                    "rating": rating}
+                                    "rating": rating, "show_tags": show_tags}
         self._recommenders: dict[str, NLProfileRecommender] = {}
         self._original_profiles: dict[str, str] = {}
         self._original_rankings: dict[tuple, list[str]] = {}
@@ -187,9 +229,10 @@ class SteerEvalEnv(gym.Env):
 
     @property
     def config(self) -> dict:
-        return {"dataset": self.dataset.name, "llm": str(self._llm_spec) if self._llm is None else self.llm.identity,
+        llm = str(self._llm_spec) if self._llm is None else self.llm.identity
+        return {"dataset": self.dataset.name, "llm": llm,
                 **self.recommender_options, "oracle": self.oracle, "pool_size": self.pool_size,
-                "history_len": self.history_len, "k": self.k}
+                "history_len": self.history_len, "k": self.k, "tie_seed": self.tie_seed}
 
     @property
     def llm(self) -> LLM:
@@ -201,52 +244,76 @@ class SteerEvalEnv(gym.Env):
         """The ranker; in the oracle condition one per tag, over item texts that state the tag."""
         key = tag if self.oracle and tag else ""
         if key not in self._recommenders:
-            ds = self.dataset.with_descriptions(oracle_descriptions(self.dataset, tag)) if key else self.dataset
-            self._recommenders[key] = NLProfileRecommender(ds, llm=self.llm, **self.recommender_options)
+            ds = self.dataset.with_descriptions(oracle_descriptions(self.dataset, tag)) if key \
+                else self.dataset
+            # The embedding ranker never needs the LLM: pass the spec so it stays unloaded.
+            llm = self.llm if self.recommender_options["ranker"] == "llm" or self._llm is not None \
+                else self._llm_spec
+            self._recommenders[key] = NLProfileRecommender(ds, llm=llm, **self.recommender_options)
         return self._recommenders[key]
 
+    def tag_phrase(self, tag: str) -> str:
+        return self.tag_phrases.get(tag, tag)
+
     # -------------------------------------------------------------- episode
+    def build(self, user_id: str, tag: str, direction: str) -> Scenario | None:
+        """The scenario for (user, tag, direction) under this env's pool settings (None when infeasible)."""
+        return build_scenario(self.dataset, user_id, tag, direction, pool_size=self.pool_size,
+                              history_len=self.history_len, items=self.items)
+
     def sample_scenario(self) -> Scenario:
         for _ in range(200):
             user = self.users[int(self.np_random.integers(len(self.users)))]
             tag = self.tags[int(self.np_random.integers(len(self.tags)))]
             direction = DIRECTIONS[int(self.np_random.integers(2))]
-            sc = build_scenario(self.dataset, user, tag, direction, pool_size=self.pool_size,
-                                history_len=self.history_len)
+            sc = self.build(user, tag, direction)
             if sc is not None:
                 return sc
         raise DataError(f"no feasible scenario found in 200 draws (pool_size={self.pool_size}); "
                         "use a smaller pool or tags with more items")
 
     def original_profile(self, sc: Scenario) -> str:
-        key = f"{sc.user_id}/{self.recommender_options['profile_style']}"
+        """The profile generated from the scenario's history, as the observation shows it (ASCII)."""
+        key = f"{sc.user_id}/{self.recommender_options['profile_style']}/{len(sc.history)}"
         if key not in self._original_profiles:
             state = UserState(history=sc.history, attributes={"ratings": sc.ratings}, user_id=sc.user_id)
-            self._original_profiles[key] = self.recommender().profiles([state])[0]
+            self._original_profiles[key] = to_observation_text(self.recommender().profiles([state])[0])
         return self._original_profiles[key]
 
     def rank(self, profile: str, sc: Scenario) -> list[str]:
-        slate = self.recommender(sc.tag).recommend([UserState(profile=profile)], len(sc.pool), candidates=sc.pool)
-        return slate[0].item_ids
+        """The scenario's pool ranked for `profile` (ties in the scenario's seeded random order)."""
+        rec = self.recommender(sc.tag)
+        scores = rec.score_candidates([UserState(profile=profile)], [self.dataset.indices(sc.pool)])[0]
+        tie_order = derive_rng(self.tie_seed, "steereval-ties", sc.user_id, sc.tag).permutation(len(sc.pool))
+        return rank_pool(sc.pool, scores, tie_order)
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         super().reset(seed=seed)
         sc = (options or {}).get("scenario") or self.sample_scenario()
+        if not isinstance(sc, Scenario):
+            raise ConfigError(f"options['scenario'] must be a Scenario, got {type(sc).__name__}")
         if sc.tag not in self.tags:
             raise ConfigError(f"scenario tag {sc.tag!r} is not one of this env's tags")
         self.scenario = sc
         profile = self.original_profile(sc)
-        obs = {"profile": to_observation_text(profile), "tag": self.tags.index(sc.tag),
+        obs = {"profile": profile, "tag": self.tags.index(sc.tag),
                "direction": DIRECTIONS.index(sc.direction)}
         info = {"scenario": {**asdict(sc), "relevant": sorted(sc.relevant)}, "tag_name": sc.tag,
-                "tag_kind": sc.tag_kind, "direction_name": sc.direction, "original_profile": profile}
+                "tag_phrase": self.tag_phrase(sc.tag), "tag_kind": sc.tag_kind,
+                "direction_name": sc.direction, "original_profile": profile}
         return obs, info
 
-    def step(self, action: str):
+    def step(self, action: str) -> tuple[dict, float, bool, bool, dict]:
         if self.scenario is None:
             raise RuntimeError("call reset() before step()")
         if not isinstance(action, str):
-            raise ConfigError(f"the action is the steered profile text, got {type(action).__name__}")
+            raise InvalidAction(f"the action is the steered profile text, got {type(action).__name__}")
+        if not self.action_space.contains(action):
+            bad = sorted({c for c in action if c not in PROFILE_CHARSET})[:5]
+            why = f"{len(action)} characters (max {MAX_PROFILE_CHARS})" if len(action) > MAX_PROFILE_CHARS \
+                else f"characters outside the action charset: {bad!r}"
+            raise InvalidAction(f"steered profile is not in the action space: {why}; "
+                                "to_observation_text() makes free text valid")
         sc = self.scenario
         original = self.original_profile(sc)
         key = (sc.user_id, sc.tag, tuple(sc.pool), self.recommender_options["profile_style"])
@@ -254,29 +321,17 @@ class SteerEvalEnv(gym.Env):
             self._original_rankings[key] = self.rank(original, sc)
         before = self._original_rankings[key]
         after = self.rank(action, sc)
-        info = steereval_figures(before, after, sc, self.k)
-        info["edit_problems"] = edit_problems(original, action, sc.tag)
+        info = steereval_figures(before, after, sc.relevant, sc.next_item, self.k)
+        info["edit_problems"] = edit_problems(original, action, self.tag_phrase(sc.tag))
         info["steered_profile"] = action
         reward = info["delta_auc"] if sc.direction == "increase" else -info["delta_auc"]
         self.scenario = None
-        obs = {"profile": to_observation_text(action), "tag": self.tags.index(sc.tag),
-               "direction": DIRECTIONS.index(sc.direction)}
+        obs = {"profile": action, "tag": self.tags.index(sc.tag), "direction": DIRECTIONS.index(sc.direction)}
         return obs, float(reward), True, False, info
 
-    def render(self):
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            return None
         sc = self.scenario
-        return "" if sc is None else f"user {sc.user_id}: {sc.direction} {sc.tag!r} over {len(sc.pool)} items"
-
-
-def steereval_figures(before: Sequence[str], after: Sequence[str], sc: Scenario, k: int = 10) -> dict:
-    """The metric hook: named figures of one steering episode (shared by env info and the runners)."""
-    rel = set(sc.relevant)
-    a0, a1 = auc_t(before, rel), auc_t(after, rel)
-    return {
-        "auc_before": a0, "auc_after": a1, "delta_auc": a1 - a0,
-        "next_item_relevant": sc.next_item in rel,
-        "rank_set_before": rank_set(before, sc.next_item, rel),
-        "rank_set_after": rank_set(after, sc.next_item, rel),
-        f"coverage@{k}_before": coverage_at_k(before, rel, k), f"coverage@{k}_after": coverage_at_k(after, rel, k),
-        f"ndcg@{k}_before": ndcg_at_k(before, rel, k), f"ndcg@{k}_after": ndcg_at_k(after, rel, k),
-    }
+        return "no scenario (call reset)" if sc is None else \
+            f"user {sc.user_id}: {sc.direction} {sc.tag!r} over {len(sc.pool)} items"

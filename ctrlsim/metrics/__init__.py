@@ -18,10 +18,12 @@ from ctrlsim.metrics.ranking import (
     rank_set,
     rbo,
 )
-from ctrlsim.metrics.stats import TTest, paired_t_test
+from ctrlsim.metrics.stats import TTest, format_test, paired_t_test
+from ctrlsim.metrics.steereval import direction_cell, rejected_tags, steereval_figures
 
 __all__ = [
-    "TTest", "auc_t", "average_behaviour_length", "average_tokens", "coverage", "coverage_at_k", "drift",
+    "TTest", "auc_t", "average_behaviour_length", "average_tokens", "coverage", "coverage_at_k",
+    "direction_cell", "drift", "format_test", "rejected_tags", "steereval_figures",
     "exploration_efficiency", "hit_rate_at_k", "js_divergence", "mean_popularity", "mrr_at_k", "ndcg_at_k",
     "paired_t_test", "rank_set", "rbo", "trajectory_smoothness",
 ]

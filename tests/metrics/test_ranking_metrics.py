@@ -80,4 +80,4 @@ def test_paired_t_test_one_tailed():
     down = paired_t_test(after, before, alternative="less")
     assert not down.significant() and down.p == pytest.approx(1 - up.p)
     const = paired_t_test([0.1, 0.1], alternative="greater")
-    assert const.p == 0.0 and const.n == 2
+    assert const.n == 2 and not const.defined and const.p != const.p  # zero variance: undefined (NaN)

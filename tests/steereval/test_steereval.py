@@ -1,16 +1,18 @@
-import json
 
+import pandas as pd
 import pytest
-
 from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend, template_sentence
+from ctrlsim.envs.engine import InvalidAction
 from ctrlsim.envs.steereval_env import (
+    MAX_PROFILE_CHARS,
     SteerEvalEnv,
     build_scenario,
     edit_problems,
     eligible_users,
     oracle_descriptions,
-    steereval_figures,
+    to_observation_text,
 )
+
 from ctrlsim.errors import ConfigError
 
 
@@ -48,26 +50,13 @@ def test_infeasible_scenarios_are_skipped_and_bad_input_raises(ml100k):
         build_scenario(ml100k, user, "Horror", "increase", pool_size=7)
 
 
-def test_figures_hook_by_hand(scenario):
-    rel = sorted(scenario.relevant, key=scenario.pool.index)
-    irr = [i for i in scenario.pool if i not in scenario.relevant]
-    before = rel + irr  # perfect
-    after = irr + rel   # reversed
-    f = steereval_figures(before, after, scenario, k=10)
-    assert f["auc_before"] == 1.0 and f["auc_after"] == 0.0 and f["delta_auc"] == -1.0
-    assert f["coverage@10_before"] == 1.0 and f["coverage@10_after"] == 0.0
-    own = rel if scenario.next_item in scenario.relevant else irr
-    assert f["rank_set_before"] == own.index(scenario.next_item) + 1 == f["rank_set_after"]
-
-
 def test_templates_and_edit_problem_detection():
-    assert template_sentence("Mystery", "genre", "increase") == "Please show the user movies that satisfy: Mystery."
-    assert template_sentence("Mystery", "genre", "decrease") == "The user *does not want* to see Mystery movies."
     assert template_sentence("the dog dies", "trigger", "decrease", "stronger") == \
         "The user wants to see *no* movies where the dog dies."
     with pytest.raises(ConfigError):
         TemplateAppend("loudest")
-    assert edit_problems("a", "I'm sorry, but I can't help with that.", "Horror") == ["refusal", "tag_missing"]
+    refusal = "I'm sorry, but I can't help with that."
+    assert edit_problems("a", refusal, "Horror") == ["refusal", "tag_missing"]
     assert edit_problems("a", "", "Horror") == ["empty"]
     assert edit_problems("Likes films.", "Likes films.", "Horror") == ["unchanged", "tag_missing"]
     assert edit_problems("Likes films.", "Likes films but avoids horror.", "Horror") == []
@@ -79,8 +68,11 @@ def test_oracle_text_states_tag_relevance(ml100k):
     comedy = [i for i in ml100k.items_with_tag("Comedy") if i not in set(ml100k.items_with_tag("Horror"))][0]
     assert notes[horror].endswith("This movie is about: Horror.")
     assert notes[comedy].endswith("This movie is not about: Horror.")
-    # the usual description (year, genres on ml-100k) stays: only the tag sentence is added
-    assert "Comedy" in notes[comedy] and notes[comedy].startswith("Released ")
+    # ml-100k has no descriptions: the oracle sentence is the whole (tag-free) description
+    assert notes[comedy] == "This movie is not about: Horror." and "Comedy" not in notes[comedy]
+    described = ml100k.with_descriptions(pd.Series({comedy: "Two friends take a road trip."}))
+    assert oracle_descriptions(described, "Horror")[comedy] == \
+        "Two friends take a road trip. This movie is not about: Horror."
 
 
 @pytest.fixture(scope="module")
@@ -91,14 +83,15 @@ def small_env(ml100k, smol):
 # check_env runs for every registered env in tests/envs/test_api_compliance.py
 
 
+@pytest.mark.llm
 def test_episode_and_policies(small_env, ml100k, smol):
     obs, info = small_env.reset(seed=3)
     assert small_env.observation_space.contains(obs)
     assert info["original_profile"] and info["tag_name"] in ("Horror", "Romance")
     for policy in (TemplateAppend(), LLMAppend(smol), LLMRewrite(smol, max_tokens=60)):
         obs, info = small_env.reset(seed=3)
-        steered = policy.act(obs, info)
-        assert isinstance(steered, str) and steered
+        steered = to_observation_text(policy.act(obs, info))  # LLM text may hold non-ASCII characters
+        assert steered
         _, reward, term, trunc, figures = small_env.step(steered)
         assert term and not trunc
         sign = 1 if info["direction_name"] == "increase" else -1
@@ -108,24 +101,28 @@ def test_episode_and_policies(small_env, ml100k, smol):
         small_env.step("x")  # the episode ended
 
 
-def test_runner_writes_incrementally_and_resumes(tmp_path, monkeypatch):
-    from ctrlsim.experiments import steereval_tables as T
+@pytest.mark.llm
+def test_invalid_actions_and_render_modes(small_env, ml100k):
+    small_env.reset(seed=4)
+    too_long = "x" * (MAX_PROFILE_CHARS + 1)
+    for bad, message in ((b"bytes", "bytes"), ("caf\u00e9", "charset"), (too_long, "max")):
+        with pytest.raises(InvalidAction, match=message):
+            small_env.step(bad)
+    assert small_env.render() is None  # no render mode
+    with pytest.raises(ConfigError, match="render_mode"):
+        SteerEvalEnv(dataset=ml100k, render_mode="human")
+    ansi = SteerEvalEnv(dataset=ml100k, render_mode="ansi", tags=["Horror"])
+    assert ansi.render() == "no scenario (call reset)"
 
-    cfg = T.SteerEvalRunConfig(llm="smollm2-135m", users=1, tags=("Horror",), pool_size=6,
-                               conditions=("default", "embedding"), out=str(tmp_path / "se"))
-    first = T.run(cfg, show_progress=False)
-    assert len(first["records"]) == 4  # 2 conditions x 2 directions
-    lines = (tmp_path / "se" / "records.jsonl").read_text().splitlines()
-    assert json.loads(lines[0])["config"]["llm"] == "smollm2-135m" and len(lines) == 5
-    # an interrupted run: drop the last record, rerun -> only that one is recomputed
-    (tmp_path / "se" / "records.jsonl").write_text("\n".join(lines[:-1]) + "\n")
-    calls = []
-    original_step = T.__dict__.get("SteerEvalEnv")
-    from ctrlsim.envs import steereval_env
 
-    real_step = steereval_env.SteerEvalEnv.step
-    monkeypatch.setattr(steereval_env.SteerEvalEnv, "step", lambda self, a: calls.append(1) or real_step(self, a))
-    second = T.run(cfg, show_progress=False)
-    assert len(calls) == 1 and len(second["records"]) == 4 and original_step is None
-    text = T.format_tables(second)
-    assert "Table 1" in text and "Table 8" in text and "LLM scoring" in text
+def test_unknown_tag_is_a_config_error(ml100k):
+    with pytest.raises(ConfigError, match="Nope"):
+        SteerEvalEnv(dataset=ml100k, tags=["Horror", "Nope"])
+
+
+def test_scenarios_can_be_restricted_to_described_items(ml100k, scenario):
+    items = frozenset(i for i in ml100k.item_ids if i not in set(scenario.pool[:10]) | {scenario.history[0]})
+    sc = build_scenario(ml100k, scenario.user_id, "Horror", "decrease", pool_size=100, items=items)
+    assert set(sc.pool) <= items and scenario.history[0] not in sc.history
+    hist = [i for i in ml100k.history(sc.user_id)["item_id"] if i in items]
+    assert sc.history == tuple(hist[:50]) and sc.next_item == hist[50]

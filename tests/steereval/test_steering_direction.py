@@ -5,11 +5,12 @@ scenarios AUC_t falls in nearly every one. qwen2.5-0.5b does not steer reliably
 (5 of 12 in our run), so this test uses 1.5B.
 """
 import pytest
-
 from ctrlsim.agents.steering import TemplateAppend
 from ctrlsim.envs.steereval_env import SteerEvalEnv, build_scenario, eligible_users
 
 
+@pytest.mark.llm
+@pytest.mark.slow
 def test_template_decrease_moves_auc_down_in_a_clear_majority(ml100k, llm_or_skip):
     llm = llm_or_skip("qwen2.5-1.5b")
     env = SteerEvalEnv(dataset=ml100k, llm=llm, pool_size=10)

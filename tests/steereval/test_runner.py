@@ -1,0 +1,115 @@
+"""The SteerEval runner: values checked before any model loads, resumable runs, tag-free ranker input."""
+import json
+import re
+
+import pytest
+from ctrlsim.envs.steereval_env import SteerEvalEnv, eligible_users
+
+from ctrlsim.errors import ConfigError
+from ctrlsim.experiments import steereval_tables as T
+from ctrlsim.experiments.config import RunOptions
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the config was checked")
+
+    import ctrlsim.backends as backends
+
+    monkeypatch.setattr(backends, "load_llm", refuse)
+    monkeypatch.setattr(backends, "load_encoder", refuse)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--conditions", "bogus"], "unknown value(s) 'bogus'"),
+    (["--conditions", "default,default"], "more than once: 'default'"),
+    (["--users", "0"], "users"),
+    (["--pool-size", "7"], "pool_size"),
+    (["--min-ratings", "50"], "min_ratings"),
+    (["--tags", "Horror,Nope"], "unknown tag(s) 'Nope'"),
+    (["--descriptions", "/nonexistent/overviews.csv"], "/nonexistent/overviews.csv"),
+])
+def test_bad_values_fail_before_any_model_loads(flags, message, tmp_path, capsys, no_model_loads):
+    from ctrlsim.experiments.cli import main
+
+    assert main(["steereval", *flags, "--out", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_config_round_trips_and_cli_defaults_are_the_dataclass_defaults():
+    from ctrlsim.experiments.config import config_from_dict, config_to_dict
+
+    args = T.build_parser().parse_args([])
+    assert T.config_from_args(T.SteerEvalConfig, args) == T.SteerEvalConfig()
+    cfg = T.SteerEvalConfig(tags=("Horror",), conditions=("default", "oracle"))
+    assert config_from_dict(T.SteerEvalConfig, config_to_dict(cfg)) == cfg
+    with pytest.raises(ConfigError, match="links"):
+        T.SteerEvalConfig(links="links.csv")
+    assert set(T.open_choices(cfg)) >= {"item text", "ties", "LLM score", "system message", "Trigger filter"}
+
+
+@pytest.mark.llm
+def test_runner_writes_incrementally_and_resumes(tmp_path, monkeypatch, smol):
+    cfg = T.SteerEvalConfig(llm="smollm2-135m", users=1, tags=("Horror",), pool_size=6,
+                            conditions=("default", "embedding"))
+    options = RunOptions(out=str(tmp_path / "se"))
+    first = T.run_steereval(cfg, options, llm=smol, show_progress=False)
+    assert len(first["records"]) == 4  # 2 conditions x 2 directions
+    records_file = tmp_path / "se" / "records.jsonl"
+    lines = records_file.read_text().splitlines()
+    assert json.loads(lines[0])["config"]["llm"] == "smollm2-135m" and len(lines) == 5
+    assert (tmp_path / "se" / "figures" / "delta_auc_per_condition.png").stat().st_size > 0
+    assert "Table 1" in (tmp_path / "se" / "tables.md").read_text()
+    # an interrupted run: the last record is missing; a rerun computes only that one
+    records_file.write_text("\n".join(lines[:-1]) + "\n")
+    calls = []
+    real_step = SteerEvalEnv.step
+    monkeypatch.setattr(SteerEvalEnv, "step", lambda self, a: calls.append(1) or real_step(self, a))
+    second = T.run_steereval(cfg, options, llm=smol, show_progress=False)
+    assert len(calls) == 1 and len(second["records"]) == 4
+    assert second["tokens"]["total_tokens"] >= first["tokens"]["total_tokens"] > 0  # summed from the records
+    assert {r["condition"] for r in second["records"]} == {"default", "embedding"}
+
+
+def _tag_outside_titles(text: str, tag: str, titles: list[str]) -> bool:
+    """Does `tag` occur in `text` other than inside one of the item titles?"""
+    for title in titles:
+        text = text.replace(title, "")
+    return re.search(re.escape(tag), text, re.I) is not None
+
+
+@pytest.mark.llm
+@pytest.mark.parametrize("ranker", ["llm", "embedding"])
+def test_no_ranker_input_names_the_steered_tag_outside_the_oracle(ml100k, smol, minilm, ranker, monkeypatch):
+    from ctrlsim.recommenders.prompts import profile_messages
+
+    seen: list[str] = []
+    real_rate, real_encode = smol.rate, minilm.encode
+    monkeypatch.setattr(smol, "rate", lambda convs, **kw: seen.extend(c[-1]["content"] for c in convs)
+                        or real_rate(convs, **kw))
+    monkeypatch.setattr(minilm, "encode", lambda texts, **kw: seen.extend(texts) or real_encode(texts, **kw))
+    titles = ml100k.items["title"].tolist()
+    user = eligible_users(ml100k)[1]
+    profile = "The user enjoys witty, fast-paced stories."
+    for oracle, show_tags in ((False, False), (True, False), (False, True)):
+        env = SteerEvalEnv(dataset=ml100k, llm=smol, encoder=minilm, ranker=ranker, pool_size=6,
+                           tags=["Horror", "Comedy"], oracle=oracle, show_tags=show_tags)
+        for tag in ("Horror", "Comedy"):
+            sc = env.build(user, tag, "decrease")
+            seen.clear()
+            env.rank(profile, sc)  # exactly what step() ranks, for a fixed profile
+            item_inputs = [t.split("CANDIDATE MOVIE:")[-1] for t in seen if t != profile]
+            assert len(item_inputs) == len(sc.pool)
+            # the profile writer's input: the same item blocks the recommender sends
+            rec = env.recommender(tag)
+            history = [rec.dataset.items.iloc[i] for i in rec.dataset.indices(sc.history)]
+            profile_prompt = profile_messages(history, sc.ratings, "paragraph", show_tags=rec.show_tags)[-1]
+            inputs = [*item_inputs, profile_prompt["content"]]
+            leaks = [t for t in inputs if _tag_outside_titles(t, tag, titles)]
+            if oracle:
+                assert all(f"about: {tag}." in t for t in item_inputs)
+            elif show_tags:
+                assert leaks  # the named leaky variant does show tags
+            else:
+                assert leaks == []
