@@ -46,8 +46,8 @@ class RunOptions:
     overwrite: bool = field(default=False, metadata={"help": "discard an existing run folder's records"})
     executor: str = field(default="local", metadata={"help": "where units of work run",
                                                      "choices": list(EXECUTORS)})
-    ray_address: str | None = field(default=None, metadata={"help": "Ray cluster: 'auto' or host:port "
-                                                                    "(default: a local Ray started in-process)"})
+    ray_address: str | None = field(default=None, metadata={
+        "help": "Ray cluster: 'auto' or host:port (default: a local Ray started in-process)"})
 
     def __post_init__(self):
         check_choice("executor", self.executor, EXECUTORS)

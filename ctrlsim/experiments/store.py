@@ -82,7 +82,8 @@ class ResultStore:
             if row == REPAIR_MARKER:
                 continue
             if not isinstance(row, dict) or "key" not in row or "record" not in row:
-                raise DataFileError(self.path, f"line {n} is not a record ({{\"key\": ..., \"record\": ...}})")
+                raise DataFileError(self.path, f"line {n} is not a record "
+                                                "({{\"key\": ..., \"record\": ...}})")
             self._records.setdefault(str(row["key"]), row["record"])
         self._needs_repair = torn_tail
 

@@ -48,7 +48,10 @@ def register_recommender(name: str, factory: Callable[..., Recommender], *, repl
 
 
 def make_recommender(name: str, dataset: Dataset, **options) -> Recommender:
-    """Build a black box by name. Other RecBole sequential models: "recbole:<ModelName>" (e.g. recbole:GRU4Rec)."""
+    """Build a black box by name.
+
+    Other RecBole sequential models: "recbole:<ModelName>" (e.g. recbole:GRU4Rec).
+    """
     if name.startswith("recbole:"):
         return _sequential(name.split(":", 1)[1])(dataset, **options)
     if name not in RECOMMENDERS:

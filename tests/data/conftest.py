@@ -187,7 +187,8 @@ def atomic_dir(tmp_path: Path) -> Path:
 # with nested `categories` paths).
 AMAZON_2014_REVIEWS = [
     {"reviewerID": "A2IBPI20UZIR0U", "asin": "1384719342", "reviewerName": "cassandra tu",
-     "helpful": [0, 0], "reviewText": "Not much to write about here, but it does exactly what it's supposed to.",
+     "helpful": [0, 0], "reviewText":
+         "Not much to write about here, but it does exactly what it's supposed to.",
      "overall": 5.0, "summary": "good", "unixReviewTime": 1393545600, "reviewTime": "02 28, 2014"},
     {"reviewerID": "A14VAT5EAX3D9S", "asin": "1384719342", "reviewerName": "Jake",
      "helpful": [13, 14], "reviewText": "The product does exactly as it should and is quite affordable.",

@@ -239,7 +239,8 @@ def test_non_numeric_timestamp_dat(ml1m_dir: Path):
 def test_short_row_dat(ml1m_dir: Path):
     ratings = ml1m_dir / "ratings.dat"
     ratings.write_text("1::1193::5::978300760\n1::661::3\n")
-    raises_file_error(lambda: load_movielens_dat(ml1m_dir), ratings, "line 2", "missing value for 'timestamp'")
+    raises_file_error(lambda: load_movielens_dat(ml1m_dir), ratings, "line 2",
+                      "missing value for 'timestamp'")
 
 
 def test_long_row_dat(ml1m_dir: Path):
@@ -259,7 +260,8 @@ def test_bad_users_dat(ml1m_dir: Path):
 def test_non_numeric_rating_csv(ml25m_dir: Path):
     ratings = ml25m_dir / "ratings.csv"
     ratings.write_text("userId,movieId,rating,timestamp\n1,1,4.0,964982703\n1,11,n/a,964981247\n")
-    raises_file_error(lambda: load_movielens_csv(ml25m_dir), ratings, "line 3", "rating='n/a'", "not a number")
+    raises_file_error(lambda: load_movielens_csv(ml25m_dir), ratings, "line 3", "rating='n/a'",
+                      "not a number")
 
 
 def test_bad_timestamp_csv(ml25m_dir: Path):
@@ -276,7 +278,8 @@ def test_missing_value_csv(ml25m_dir: Path):
 
 def test_unquoted_comma_in_title_csv(ml25m_dir: Path):
     movies = ml25m_dir / "movies.csv"
-    movies.write_text("movieId,title,genres\n1,Toy Story (1995),Animation\n11,American President, The (1995),Comedy\n")
+    movies.write_text("movieId,title,genres\n1,Toy Story (1995),Animation\n"
+                      "11,American President, The (1995),Comedy\n")
     raises_file_error(lambda: load_movielens_csv(ml25m_dir), movies, "cannot parse")
 
 
@@ -358,7 +361,8 @@ def test_json_line_not_an_object(amazon_2014):
 def test_amazon_review_missing_fields(amazon_2014):
     reviews, meta = amazon_2014
     reviews.write_text(json.dumps({"reviewerID": "A1", "asin": "1384719342", "overall": 5.0}) + "\n")
-    raises_file_error(lambda: load_amazon(reviews, meta), reviews, "line 1", "needs user, item, rating and time")
+    raises_file_error(lambda: load_amazon(reviews, meta), reviews, "line 1",
+                      "needs user, item, rating and time")
 
 
 @pytest.mark.parametrize("field, value", [("overall", "five stars"), ("unixReviewTime", "02 28, 2014"),
@@ -498,7 +502,8 @@ def test_side_table_errors(ml25m_dir: Path, tmp_path: Path):
     links.write_text("movieId,imdbId\n1,0114709\n")
     tmdb = tmp_path / "tmdb.csv"
     tmdb.write_text("id,overview\n862,Toys come alive.\n")
-    raises_file_error(lambda: attach_descriptions(ds, tmdb, links=links), links, "missing column(s) ['tmdbId']")
+    raises_file_error(lambda: attach_descriptions(ds, tmdb, links=links), links,
+                      "missing column(s) ['tmdbId']")
 
     votes = tmp_path / "dtdd.csv"
     votes.write_text("item_id,tag,yes,no\n1,a dog dies,3,many\n")

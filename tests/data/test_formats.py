@@ -81,7 +81,8 @@ def test_movielens_dat(ml1m_dir: Path):
     assert ds.tags == sorted({"Animation", "Children's", "Comedy", "Adventure", "Fantasy", "Drama",
                               "Musical", "Action", "Sci-Fi"})
     first = ds.interactions.iloc[0]
-    assert (first["user_id"], first["item_id"], first["rating"], first["timestamp"]) == ("4", "1", 4.0, 978294008)
+    got = (first["user_id"], first["item_id"], first["rating"], first["timestamp"])
+    assert got == ("4", "1", 4.0, 978294008)
     assert ds.history_ids("1") == ["3408", "1193", "1", "2355"]
 
 
@@ -92,7 +93,8 @@ def test_movielens_dat_users(ml1m_dir: Path):
     assert users["age"].tolist() == [1, 56, 25, 45]
     assert users["gender"].tolist() == ["F", "M", "M", "M"]
     # Occupation codes decoded with the ML-1M README table.
-    assert users["occupation"].tolist() == ["K-12 student", "self-employed", "scientist", "executive/managerial"]
+    assert users["occupation"].tolist() == ["K-12 student", "self-employed", "scientist",
+                                            "executive/managerial"]
     # Bracket codes fall into the right identity age groups.
     ages = identity_slices(ds, "age")
     assert ages.to_dict() == {"1": "age_young_adult", "2": "age_older", "3": "age_young_adult",

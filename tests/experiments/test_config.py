@@ -7,8 +7,16 @@ from dataclasses import dataclass, field
 import pytest
 
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments.config import (RunOptions, add_config_arguments, check_choices, check_output_dir,
-                                        check_range, config_from_args, config_from_dict, config_to_dict)
+from ctrlsim.experiments.config import (
+    RunOptions,
+    add_config_arguments,
+    check_choices,
+    check_output_dir,
+    check_range,
+    config_from_args,
+    config_from_dict,
+    config_to_dict,
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,8 @@ def test_cli_defaults_are_the_dataclass_defaults():
 
 
 def test_flags_parse_every_field_type():
-    cfg = parse(["--users", "3", "--rate", "0.25", "--conditions", "oracle,random", "--label", "x", "--verbose"])
+    cfg = parse(["--users", "3", "--rate", "0.25", "--conditions", "oracle,random", "--label", "x",
+                 "--verbose"])
     assert cfg == ToyConfig(users=3, rate=0.25, conditions=("oracle", "random"), label="x", verbose=True)
     assert parse(["--verbose", "false"]).verbose is False
 

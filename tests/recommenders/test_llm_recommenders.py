@@ -56,14 +56,16 @@ def test_nl_profile_generate_and_parse_option(ml100k, smol, pools):
 
 def test_profile_prompt_follows_steereval(ml100k):
     block = item_block(ml100k.item("1"), 4.0)
-    assert block.startswith("Movie Title: Toy Story\nMovie Description:") and block.endswith("User Rating: 4.0")
+    assert block.startswith("Movie Title: Toy Story\nMovie Description:")
+    assert block.endswith("User Rating: 4.0")
     assert "5-6 sentences" in PROFILE_PARAGRAPH
 
 
 def test_keyword_bm25_follows_a_horror_history(ml100k, qwen05, pools):
     horror, _ = pools
     rec = make_recommender("keyword-bm25", ml100k, llm=qwen05)
-    states = [UserState(history=tuple(horror[:10])), UserState(history=tuple(ml100k.items_with_tag("Western")[:8]))]
+    westerns = tuple(ml100k.items_with_tag("Western")[:8])
+    states = [UserState(history=tuple(horror[:10])), UserState(history=westerns)]
     slates = rec.recommend(states, 20)
     assert share(slates[0].item_ids, horror) > 2 * len(horror) / len(ml100k.items)
     assert not set(slates[0].item_ids) & set(states[0].history)
@@ -74,7 +76,8 @@ def test_keyword_bm25_follows_a_horror_history(ml100k, qwen05, pools):
 
 
 def test_keyword_parsing():
-    assert parse_keywords("1. Horror, 2. ghosts\n- Slasher films, horror", 8) == ["horror", "ghosts", "slasher films"]
+    keywords = parse_keywords("1. Horror, 2. ghosts\n- Slasher films, horror", 8)
+    assert keywords == ["horror", "ghosts", "slasher films"]
     assert parse_keywords("a, b, c", 2) == ["a", "b"]
     with pytest.raises(LLMOutputError, match="no search keywords"):
         parse_keywords(" , \n ", 8)

@@ -54,7 +54,8 @@ def test_query_mixes_profile_and_history(emb, ml100k, horror):
 
 
 def test_batch_equals_one_by_one(emb, ml100k, horror):
-    states = [UserState(history=tuple(horror[:3])), UserState(history=tuple(ml100k.items_with_tag("Western")[:4])),
+    westerns = tuple(ml100k.items_with_tag("Western")[:4])
+    states = [UserState(history=tuple(horror[:3])), UserState(history=westerns),
               UserState(profile="children's animation")]
     batch = emb.recommend(states, 15)
     for state, slate in zip(states, batch):
