@@ -30,15 +30,16 @@ from . import prompts
 from .persona import MAX_INTERESTS, Persona
 from .replies import extract_json_object
 
+MAX_BIO_CHARS = 300  # about two sentences; keeps every later decision prompt short
 FALLBACK_FLAG = "invalid_json_fallback"
 RETRY_FLAG = "retried_invalid_json"
-PROFILE_PROMPT_VERSION = 1  # bump when the prompt changes, so cached personas are not reused
+PROFILE_PROMPT_VERSION = 2  # bump when the prompt changes, so cached personas are not reused
 
 PROFILE_SCHEMA = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 40},
-        "bio": {"type": "string"},
+        "bio": {"type": "string", "maxLength": MAX_BIO_CHARS},
         "interests": {"type": "array", "items": {"type": "string", "maxLength": 60},
                       "maxItems": MAX_INTERESTS},
     },
@@ -66,7 +67,7 @@ class ProfileSettings:
     l_init: tuple[int, int] = (4, 6)
     min_rating: float = 4.0
     temperature: float = 0.7
-    max_tokens: int = 200
+    max_tokens: int = 160
     batch_size: int = 16
 
     def __post_init__(self):

@@ -31,7 +31,7 @@ PROFILE_USER = (
     "{domain_title} this person liked, oldest first:\n{items}\n\n"
     "Write their persona as JSON with these keys:\n"
     '  "name": a plausible first name,\n'
-    '  "bio": two or three sentences in the third person about who they are and what {domain} they enjoy,\n'
+    '  "bio": one or two short sentences in the third person: who they are and what {domain} they enjoy,\n'
     '  "interests": up to 5 short phrases naming what they like (genres, themes, styles).\n'
     'Reply with the JSON object only, for example: '
     '{{"name": "...", "bio": "...", "interests": ["...", "..."]}}'

@@ -1,0 +1,465 @@
+"""`ctrlsim ctrlbench`: CtrlBench-Rec's Task 1 method comparison (Tables 1 and 7, Figures 3, 10, 11).
+
+Methods x black boxes x targets x seeds: every (method, box, target, seed) is one episode, a
+pure function `run_episode(config, key) -> record`, stored in the run folder's records.jsonl as
+it finishes. A killed run started again with the same command skips finished episodes (and the
+LLM response cache replays the half-finished one for free). The run folder then gets:
+
+  config.json          the config and the software that ran it
+  records.jsonl        one record per episode: per-round Coverage, Efficiency, Len, Tokens, per-probe
+                       likes, parse failures, dropped probes, setup tokens, what LLM and box ran
+  rosters/*.json       the evaluated personas of each (method, seed, box, target)
+  tables.md            Table 1 (Coverage %, Efficiency at t = 5, 10, 15, 20 per box x method),
+                       Table 7 (Coverage, Efficiency, Len, Tokens at t = rounds per method),
+                       per-target coverage (Figure 3)
+  figures/*.png        coverage vs round per method for each box (Figures 10, 11); per-target bars
+
+Efficiency is reported twice: `efficiency` (target likes / distinct targets found, as the
+paper's code computes it; the paper's tables) and `efficiency_all_likes` (Table 5's literal
+formula); see `ctrlsim.metrics.controllability.target_exploration_efficiency` for why.
+
+`--roster file.json` evaluates a stored roster (a JSON list of Persona dicts, e.g. written by
+`ctrlsim evolve`) as the method "roster" next to (or instead of) the named methods.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctrlsim.errors import ConfigError, DataFileError
+from ctrlsim.experiments.config import (
+    RunOptions,
+    add_config_arguments,
+    check_choices,
+    check_range,
+    config_from_args,
+    config_to_dict,
+)
+
+DEFAULT_OUT = "results/ctrlbench"
+ROSTER_METHOD = "roster"
+# Slate sizes of the CtrlBench-Rec reference runs: 20 for NARM, 3 for the other boxes.
+PAPER_SLATE_SIZE = {"narm": 20}
+PAPER_CHECKPOINTS = (5, 10, 15, 20)
+
+# `--preset paper`: the paper's sizes (K = 100 / 26, t = 20, six ML-1M genres, five boxes).
+PAPER_PRESET: dict[str, Any] = {
+    "methods": ("base-large", "base-small", "kmeans-fusion", "ctrlbench"),
+    "recommenders": ("twhin-bert", "bge", "narm", "sasrec", "keyword-bm25"),
+    "targets": ("Action", "Thriller", "Romance", "Adventure", "War", "Film-Noir"),
+    "agents": (100, 26),
+    "rounds": 20,
+    "temperature": 1.0,
+}
+PRESETS = {"paper": PAPER_PRESET}
+
+
+def _known_recommenders() -> list[str]:
+    from ctrlsim.recommenders.registry import RECOMMENDERS
+
+    return list(RECOMMENDERS)
+
+
+@dataclass(frozen=True)
+class CtrlBenchConfig:
+    """One CtrlBench-Rec comparison (what identifies its results)."""
+
+    methods: tuple[str, ...] = field(default=("base-large", "base-small", "random"), metadata={
+        "help": "methods to compare (base-large, base-small, random, and those the evolution loop "
+                "registers)"})
+    recommenders: tuple[str, ...] = field(default=("embedding",), metadata={
+        "help": "black boxes (names of `ctrlsim.recommenders`, or recbole:<Model>)"})
+    targets: tuple[str, ...] = field(default=("War", "Film-Noir"), metadata={
+        "help": "target tags (one target set per tag)"})
+    llm: str = field(default="qwen2.5-0.5b", metadata={"help": "the probes' LLM (a load_llm spec)"})
+    agents: tuple[int, ...] = field(default=(8, 3), metadata={
+        "help": "K_large,K_small: probes of base-large and of base-small/random (paper: 100,26)"})
+    rounds: int = field(default=8, metadata={"help": "interaction rounds t per episode (paper: 20)"})
+    seeds: tuple[int, ...] = field(default=(0,), metadata={"help": "seeds (users sampled, sampling, env)"})
+    dataset: str = field(default="ml-100k", metadata={"help": "dataset name or path"})
+    slate_size: int | None = field(default=None, metadata={
+        "help": "items per slate (default: the paper's, 20 for narm and 3 for the other boxes)"})
+    checkpoints: tuple[int, ...] | None = field(default=None, metadata={
+        "help": "rounds reported in Table 1 (default: 5,10,15,20 up to --rounds, else quarters of it)"})
+    memory_rounds: int = field(default=3, metadata={"help": "M, rounds of short-term memory in the prompt"})
+    target_visible: bool = field(default=True, metadata={"help": "show the target tags to the probes"})
+    temperature: float = field(default=0.7, metadata={"help": "probe sampling temperature (paper: 1.0)"})
+    l_init: tuple[int, ...] = field(default=(4, 6), metadata={"help": "seed history length range L_init"})
+    like_prob: float = field(default=0.3, metadata={"help": "the random method's like probability"})
+    min_target_items: int = field(default=5, metadata={
+        "help": "smallest target set accepted (coverage over fewer items moves in steps of 20%%+)"})
+    recommender_llm: str | None = field(default=None, metadata={
+        "help": "LLM inside LLM-based boxes such as keyword-bm25 (default: the box's own)"})
+    roster: str | None = field(default=None, metadata={
+        "help": "a JSON file of Persona dicts evaluated as the method 'roster'"})
+    cache: bool = field(default=True, metadata={
+        "help": "cache LLM replies and personas under $CTRLSIM_CACHE/ctrlbench (replays are free)"})
+    method_options: dict[str, dict] = field(default_factory=dict, metadata={
+        "help": "per-method options, method name -> dict (config only, no flag)"})
+
+    def __post_init__(self):
+        from ctrlsim.agents.methods import known_methods
+
+        methods = [m for m in self.methods if m != ROSTER_METHOD]
+        check_choices("methods", methods, known_methods(), allow_empty=self.roster is not None)
+        if ROSTER_METHOD in self.methods and self.roster is None:
+            raise ConfigError("method 'roster' needs --roster <file.json>")
+        boxes = [b for b in self.recommenders if not b.startswith("recbole:")]
+        check_choices("recommenders", boxes, _known_recommenders(), allow_empty=len(self.recommenders) > 0)
+        if not self.recommenders:
+            raise ConfigError("recommenders needs at least one black box")
+        if not self.targets:
+            raise ConfigError("targets needs at least one tag")
+        for name, values in (("targets", self.targets), ("recommenders", self.recommenders),
+                             ("methods", self.methods)):
+            bad = [v for v in values if "|" in v or not v.strip()]
+            if bad:
+                raise ConfigError(f"{name}: {bad[0]!r} is empty or contains '|'")
+        repeated = sorted({t for t in self.targets if self.targets.count(t) > 1})
+        if repeated:
+            raise ConfigError(f"targets: given more than once: {repeated}")
+        if len(self.agents) != 2 or self.agents[1] > self.agents[0]:
+            raise ConfigError(f"agents must be K_large,K_small with K_small <= K_large, got {self.agents}")
+        for k in self.agents:
+            check_range("agents", k, low=1)
+        check_range("rounds", self.rounds, low=1)
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
+        for s in self.seeds:
+            check_range("seeds", s, low=0)
+        if self.slate_size is not None:
+            check_range("slate_size", self.slate_size, low=1)
+        for t in self.checkpoints or ():
+            check_range("checkpoints", t, low=1, high=self.rounds)
+        check_range("memory_rounds", self.memory_rounds, low=0)
+        check_range("temperature", self.temperature, low=0.0, high=2.0)
+        if len(self.l_init) != 2 or not 1 <= self.l_init[0] <= self.l_init[1]:
+            raise ConfigError(f"l_init must be low,high with 1 <= low <= high, got {self.l_init}")
+        check_range("like_prob", self.like_prob, low=0.0, high=1.0)
+        check_range("min_target_items", self.min_target_items, low=1)
+        if self.roster is not None and not Path(self.roster).is_file():
+            raise ConfigError(f"--roster {self.roster!r}: no such file")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def all_methods(self) -> tuple[str, ...]:
+        """The methods evaluated: the named ones, plus 'roster' when a roster file is given."""
+        if self.roster is not None and ROSTER_METHOD not in self.methods:
+            return (*self.methods, ROSTER_METHOD)
+        return self.methods
+
+    def slate_for(self, box: str) -> int:
+        return self.slate_size or PAPER_SLATE_SIZE.get(box, 3)
+
+    def report_rounds(self) -> tuple[int, ...]:
+        if self.checkpoints:
+            return tuple(sorted(set(self.checkpoints)))
+        paper = tuple(t for t in PAPER_CHECKPOINTS if t <= self.rounds)
+        if self.rounds >= PAPER_CHECKPOINTS[-1]:
+            return paper
+        return tuple(sorted({max(1, round(self.rounds * q / 4)) for q in (1, 2, 3, 4)}))
+
+    def keys(self) -> list[str]:
+        """Episode keys in a stable order: method|box|target|seed=N."""
+        return [episode_key(m, b, t, s) for b in self.recommenders for t in self.targets for s in self.seeds
+                for m in self.all_methods]
+
+
+def episode_key(method: str, box: str, target: str, seed: int) -> str:
+    return f"{method}|{box}|{target}|seed={seed}"
+
+
+def parse_key(key: str) -> tuple[str, str, str, int]:
+    try:
+        method, box, target, seed = key.split("|")
+        return method, box, target, int(seed.removeprefix("seed="))
+    except ValueError:
+        raise ConfigError(f"not a ctrlbench episode key: {key!r} (expected method|box|target|seed=N)") \
+            from None
+
+
+# ----------------------------------------------------------------------------- shared resources
+
+def _cache_file(name: str) -> Path:
+    from ctrlsim.backends.bundled import cache_dir
+
+    return cache_dir("ctrlbench") / name
+
+
+def _dataset(config: CtrlBenchConfig):
+    from ctrlsim.data import load_dataset
+    from ctrlsim.experiments.executor import worker_cache
+
+    return worker_cache(f"dataset:{config.dataset}", lambda: load_dataset(config.dataset))
+
+
+def _llm(config: CtrlBenchConfig):
+    from ctrlsim.backends import load_llm
+    from ctrlsim.experiments.executor import worker_cache
+
+    cache = _cache_file("llm-responses.sqlite") if config.cache else None
+    return worker_cache(f"llm:{config.llm}:{cache}", lambda: load_llm(config.llm, cache=cache))
+
+
+def _recommender(config: CtrlBenchConfig, box: str):
+    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.recommenders import make_recommender
+
+    options = {"mask_shown": True}
+    if config.recommender_llm and box == "keyword-bm25":
+        options["llm"] = config.recommender_llm
+    name = f"recommender:{config.dataset}:{box}:{config.recommender_llm if 'llm' in options else ''}"
+    return worker_cache(name, lambda: make_recommender(box, _dataset(config), **options))
+
+
+def load_roster(path: str | Path) -> list:
+    """Personas from a JSON file: a list of Persona dicts (or {"personas": [...]})."""
+    from ctrlsim.agents.persona import Persona
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataFileError(path, f"is not a readable JSON roster ({exc})") from None
+    if isinstance(data, dict):
+        data = data.get("personas", data.get("roster"))
+    if not isinstance(data, list) or not data:
+        raise DataFileError(path, "expected a non-empty JSON list of persona objects")
+    personas = []
+    for n, entry in enumerate(data):
+        if not isinstance(entry, dict) or not {"probe_id", "name", "bio"} <= set(entry):
+            raise DataFileError(path, f"entry {n} is not a persona (needs probe_id, name, bio)")
+        try:
+            personas.append(Persona.from_dict(entry))
+        except (TypeError, ValueError) as exc:
+            raise DataFileError(path, f"entry {n}: {exc}") from None
+    return personas
+
+
+def _roster_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- checks
+
+def check_targets(config: CtrlBenchConfig, dataset) -> dict[str, int]:
+    """Each target tag exists and is big enough; returns tag -> number of target items."""
+    from ctrlsim.envs.roster import user_order
+
+    sizes = {}
+    for tag in config.targets:
+        if tag not in dataset.tags:
+            raise ConfigError(f"unknown target {tag!r} in dataset {dataset.name!r}; known tags: "
+                              f"{', '.join(dataset.tags)}")
+        sizes[tag] = len(dataset.items_with_tag(tag))
+        if sizes[tag] < config.min_target_items:
+            raise ConfigError(f"target {tag!r} has only {sizes[tag]} items in {dataset.name!r}; this run "
+                              f"needs at least --min-target-items={config.min_target_items}")
+    users = len(user_order(dataset))
+    if config.agents[0] > users:
+        raise ConfigError(f"agents: K_large={config.agents[0]} exceeds the {users} users of {dataset.name!r}")
+    if config.roster is not None:
+        for persona in load_roster(config.roster):
+            try:
+                dataset.check_items(persona.behaviour)
+            except ConfigError as exc:
+                raise DataFileError(config.roster, f"persona {persona.probe_id!r}: {exc}") from None
+    return sizes
+
+
+# ----------------------------------------------------------------------------- one episode
+
+def _population(config: CtrlBenchConfig, method: str, context):
+    from ctrlsim.agents.methods import Population, get_method
+
+    if method == ROSTER_METHOD:
+        artefacts = {"roster_file": str(config.roster), "roster_sha256": _roster_digest(config.roster)}
+        return Population(tuple(load_roster(config.roster)), "llm", artefacts=artefacts)
+    return get_method(method).builder()(context)
+
+
+def method_label(method: str) -> str:
+    from ctrlsim.agents.methods import get_method
+
+    return "Roster (from file)" if method == ROSTER_METHOD else get_method(method).label
+
+
+def run_episode(config: CtrlBenchConfig, key: str) -> dict:
+    """One (method, box, target, seed) episode -> its record (a pure function of config and key)."""
+    from tqdm import tqdm
+
+    from ctrlsim.agents import DecisionSettings, ProfileSettings, play_population
+    from ctrlsim.agents.methods import MethodContext
+    from ctrlsim.backends import TokenMeter
+    from ctrlsim.envs import PopulationEnv
+
+    started = time.perf_counter()
+    method, box, target, seed = parse_key(key)
+    dataset = _dataset(config)
+    recommender = _recommender(config, box)
+    target_items = frozenset(dataset.items_with_tag(target))
+    settings = DecisionSettings(memory_rounds=config.memory_rounds, target_visible=config.target_visible,
+                                temperature=config.temperature)
+    slate_size = config.slate_for(box)
+    context = MethodContext(
+        dataset=dataset, recommender=recommender, target_tags=(target,), target_items=target_items, seed=seed,
+        k_large=config.agents[0], k_small=config.agents[1], rounds=config.rounds, slate_size=slate_size,
+        decision_settings=settings, profile_settings=ProfileSettings(l_init=tuple(config.l_init)),
+        llm_factory=lambda: _llm(config),
+        profile_store=_cache_file("profiles.sqlite") if config.cache else None,
+        options=dict(config.method_options.get(method, {})), show_progress=True)
+    population = _population(config, method, context)
+    meter = TokenMeter()
+    env = PopulationEnv(recommender, n_agents=len(population.personas), task="target-discovery",
+                        target=target, slate_size=slate_size, budget=config.rounds, token_meter=meter)
+    llm = _llm(config) if population.policy == "llm" else None
+    bar = tqdm(total=config.rounds, desc=f"{method} {box} {target} s{seed}", unit="round", leave=False)
+
+    def tick(round_no, trace):
+        bar.update(1)
+        likes = [[i for r in p.likes_per_round for i in r] for p in trace.probes]
+        found = len({i for x in likes for i in x if i in target_items})
+        bar.set_postfix(coverage=f"{found / max(len(target_items), 1):.1%}")
+
+    try:
+        trace = play_population(env, population, seed=seed, target=(target,), llm=llm, settings=settings,
+                                like_prob=config.like_prob, meter=meter, on_round=tick)
+    finally:
+        bar.close()
+    return episode_record(config, method, box, target, seed, population, trace, target_items, recommender,
+                          llm, seconds=time.perf_counter() - started)
+
+
+def episode_record(config, method, box, target, seed, population, trace, target_items, recommender, llm, *,
+                   seconds: float) -> dict:
+    """The stored record: per-round curves, per-probe results, costs and identities."""
+    from ctrlsim.experiments.ctrlbench_report import round_curves
+
+    probes = []
+    for p in trace.probes:
+        likes = [i for r in p.likes_per_round for i in r]
+        probes.append({"probe_id": p.probe_id, "likes": likes,
+                       "target_likes": sum(i in target_items for i in likes),
+                       "tokens": p.tokens_per_round[-1] if p.tokens_per_round else 0,
+                       "dropped": p.dropped, "dropped_round": p.dropped_round, **p.stats})
+    return {
+        "method": method, "label": method_label(method), "recommender": box, "target": target, "seed": seed,
+        "policy": population.policy, "prompt_variant": population.prompt_variant,
+        "target_visible": config.target_visible if population.policy == "llm" else None,
+        "k": len(population.personas), "target_size": len(target_items), "slate_size": config.slate_for(box),
+        "rounds": config.rounds,
+        "curves": round_curves(trace, target_items, config.rounds),
+        "setup_tokens": population.setup_tokens,
+        "parse_failures": sum(p.get("parse_failures", 0) for p in probes),
+        "decisions": sum(p.get("decisions", 0) for p in probes),
+        "dropped": {p["probe_id"]: p["dropped"] for p in probes if p["dropped"]},
+        "template_fallbacks": sum(x.source == "template" for x in population.personas)
+        if population.policy == "llm" else None,
+        "artefacts": dict(population.artefacts),
+        "personas": [x.to_dict() for x in population.personas],
+        "probes": probes,
+        "llm": llm.identity if llm is not None else None,
+        "box": recommender.identity,
+        "timing": {"seconds": round(seconds, 2)},
+    }
+
+
+# ----------------------------------------------------------------------------- the run
+
+def run_ctrlbench(config: CtrlBenchConfig, options: RunOptions | None = None, *, show_progress: bool = True,
+                  max_episodes: int | None = None) -> dict:
+    """Run (or resume) the comparison; returns {"records", "tables", "out"}.
+
+    `max_episodes` stops after that many new episodes (tests use it to interrupt a run).
+    """
+    from ctrlsim.experiments.ctrlbench_report import render_tables, save_figures
+    from ctrlsim.experiments.executor import executor_from_options, is_failure
+    from ctrlsim.experiments.runfolder import RunFolder
+
+    options = options or RunOptions()
+    dataset = _dataset(config)
+    sizes = check_targets(config, dataset)  # bad targets and rosters fail here, before any model loads
+    out = Path(options.out or DEFAULT_OUT)
+    stored = config_to_dict(config)
+    if config.roster is not None:
+        stored["roster_sha256"] = _roster_digest(config.roster)
+    with RunFolder(out, stored, overwrite=options.overwrite) as folder:
+        store = folder.store
+        todo = [k for k in config.keys() if k not in store]
+        if max_episodes is not None:
+            todo = todo[:max_episodes]
+
+        def on_record(key: str, record: dict) -> None:
+            store.add(key, record)
+            if not is_failure(record):
+                name = key.replace("|", "_").replace("=", "").replace(":", "-").replace("/", "-")
+                folder.write_json(f"rosters/{name}.json", record["personas"])
+            folder.write_tables(render_tables(config, _records(store), sizes))
+
+        if todo:
+            with executor_from_options(options) as executor:
+                executor.run(run_episode, config, todo, on_record, progress=show_progress, desc="episodes")
+        records = _records(store)
+        tables = render_tables(config, records, sizes)
+        folder.write_tables(tables)
+        save_figures(folder, config, records)
+        failed = {k: r["error"] for k, r in store.records() if is_failure(r)}
+    return {"records": records, "tables": tables, "out": str(out), "failed": failed}
+
+
+def _records(store) -> dict[str, dict]:
+    from ctrlsim.experiments.executor import is_failure
+
+    return {k: r for k, r in store.records() if not is_failure(r)}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctrlsim ctrlbench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=argparse.SUPPRESS,
+                        help="start from a preset (paper: K=100/26, t=20, six genres, five boxes); "
+                             "flags given as well override it")
+    add_config_arguments(parser, CtrlBenchConfig)
+    add_config_arguments(parser, RunOptions, group="run options")
+    return parser
+
+
+def config_from_cli(args: argparse.Namespace) -> CtrlBenchConfig:
+    """The config from a preset (if any) with the explicitly given flags on top.
+
+    A preset's methods that no module registered (the evolution loop's, when it is not
+    installed) are left out with a note, so the rest of the preset still runs.
+    """
+    import sys
+
+    from ctrlsim.agents.methods import known_methods
+
+    base = dict(PRESETS[args.preset]) if getattr(args, "preset", None) else {}
+    if "methods" in base:
+        missing = [m for m in base["methods"] if m not in known_methods()]
+        if missing:
+            print(f"note: preset methods not available here, left out: {', '.join(missing)}", file=sys.stderr)
+        base["methods"] = tuple(m for m in base["methods"] if m not in missing)
+    return config_from_args(CtrlBenchConfig, args, **{k: v for k, v in base.items() if k not in vars(args)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from_cli(args)  # validates every value before any model loads
+    options = config_from_args(RunOptions, args)
+    started = time.perf_counter()
+    result = run_ctrlbench(config, options)
+    print(result["tables"])
+    if result["failed"]:
+        print(f"{len(result['failed'])} episode(s) failed:")
+        for key, error in result["failed"].items():
+            print(f"  {key}: {error}")
+    print(f"run folder: {result['out']} ({time.perf_counter() - started:.0f} s)")
+    return 1 if result["failed"] else 0
