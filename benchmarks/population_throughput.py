@@ -12,12 +12,12 @@ import argparse
 import time
 
 import numpy as np
+from ctrlsim.agents import RandomProbe
+from ctrlsim.envs import PopulationEnv, ProbeEnv
 from tabulate import tabulate
 from tqdm import tqdm
 
-from ctrlsim.agents import RandomProbe
 from ctrlsim.data import load_dataset
-from ctrlsim.envs import PopulationEnv, ProbeEnv
 from ctrlsim.recommenders import make_recommender
 
 
@@ -44,7 +44,8 @@ def looped(rec, roster, rounds, seed) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agents", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)

@@ -8,9 +8,10 @@ from .engine import ProbeSpec
 from .population_env import PopulationEnv
 from .probe_env import ProbeEnv
 from .registration import ENV_IDS, PROBE_ENV_IDS, register_envs
-from .tasks import TASKS, PopularityBias, ProfileShaping, ProbeRecord, TargetDiscovery, Task, make_task
+from .tasks import TASKS, PopularityBias, ProbeRecord, ProfileShaping, TargetDiscovery, Task, make_task
 
 register_envs()
 
-__all__ = ["ENV_IDS", "PROBE_ENV_IDS", "TASKS", "PopularityBias", "PopulationEnv", "ProbeEnv", "ProbeRecord", "ProbeSpec",
+__all__ = ["ENV_IDS", "PROBE_ENV_IDS", "TASKS", "PopularityBias", "PopulationEnv", "ProbeEnv", "ProbeRecord",
+           "ProbeSpec",
            "ProfileShaping", "TargetDiscovery", "Task", "make_task", "register_envs"]

@@ -49,21 +49,25 @@ class CeilingResult:
 
 def controllability_ceiling(recommender: Recommender, probes: Sequence[ProbeSpec], target: set[str], *,
                             slate_size: int, budget: int, max_states_per_probe: int = 300,
-                            mask_shown: bool = True, keep_graphs: bool = False, progress=None) -> CeilingResult:
+                            mask_shown: bool = True, keep_graphs: bool = False,
+                            progress=None) -> CeilingResult:
     if max_states_per_probe < budget:
         raise ConfigError(f"max_states_per_probe ({max_states_per_probe}) must be >= budget ({budget})")
     beam = max_states_per_probe // budget
     graphs = [nx.DiGraph() for _ in probes]
     # Per probe, the current level: list of (target_likes, node); node = (history, shown).
-    levels = [[(0, (tuple(spec.history), frozenset()))] for spec in probes]
+    levels: list[list[tuple[int, tuple]]] = [[(0, (tuple(spec.history), frozenset()))] for spec in probes]
     first_round: dict[str, int] = {}
     expanded, exhaustive = 0, True
     for depth in range(budget):
         flat = [(n, likes, node) for n, level in enumerate(levels) for likes, node in level]
         if not flat:
             break
-        states = [UserState(history=node[0], shown=tuple(sorted(node[1])) if mask_shown else ())
-                  for _, _, node in flat]
+        # The probe's profile and attributes go with every state, as in the env's UserState.
+        states = [UserState(history=node[0], shown=tuple(sorted(node[1])) if mask_shown else (),
+                            profile=probes[n].profile, attributes=dict(probes[n].attributes),
+                            user_id=probes[n].name)
+                  for n, _, node in flat]
         slates = recommender.recommend(states, slate_size)
         expanded += len(flat)
         children: list[list] = [[] for _ in probes]
@@ -75,14 +79,15 @@ def controllability_ceiling(recommender: Recommender, probes: Sequence[ProbeSpec
             if depth + 1 >= budget:
                 continue
             new_shown = shown | frozenset(slate.item_ids) if mask_shown else shown
-            options = [(history + (item,), likes + (item in target), f"like {item}") for item in slate.item_ids]
+            options = [(history + (item,), likes + (item in target), f"like {item}")
+                       for item in slate.item_ids]
             options.append((history, likes, "skip"))
             for rank, (child_history, child_likes, label) in enumerate(options):
                 child = (child_history, new_shown)
                 graphs[n].add_edge(node, child, action=label)
                 children[n].append((-child_likes, rank, order, child_likes, child))
         levels = []
-        for n, cands in enumerate(children):
+        for cands in children:
             cands.sort(key=lambda c: c[:3])
             unique = list({c[4]: c for c in cands}.values())
             if len(unique) > beam:

@@ -7,42 +7,76 @@ batched `recommend` call, and searching probes get BM25 search results.
 """
 from __future__ import annotations
 
+import hashlib
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Mapping, Sequence
 
 import numpy as np
 from gymnasium import spaces
 
 from ctrlsim.backends import TokenMeter
+from ctrlsim.backends.meter import Usage
 from ctrlsim.data import Dataset
-from ctrlsim.errors import BudgetExceededError, ConfigError
+from ctrlsim.errors import BudgetExceededError, ConfigError, InvalidAction
 from ctrlsim.recommenders import Recommender, UserState
 from ctrlsim.recommenders.search import CatalogueSearch
 
 from .tasks import ProbeRecord, Task
 
 QUERY_CHARSET = string.ascii_letters + string.digits + " -'&:,.!?"
+MAX_QUERY_LENGTH = 64
+ACTION_KEYS = ("likes", "query")
 SOURCE_RECOMMENDER, SOURCE_SEARCH = 0, 1
 
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    """Who a probe is: seed history (liked items, oldest first), optional profile and attributes."""
+    """Who a probe is: seed history (liked items, oldest first), optional profile and attributes.
+
+    `name` is the probe's stable id: its token-meter key and its `UserState.user_id`. It
+    follows the probe, not its roster position, so a probe keeps its tokens across roster
+    swaps and a newcomer starts from zero. Probes built from users are "user-<id>"; LLM
+    personas use their `probe_id`; a spec given without a name is named after its seed
+    history ("probe-<hash>"), so the same spec always gets the same id.
+    """
 
     history: tuple[str, ...]
     profile: str | None = None
     attributes: Mapping[str, object] = field(default_factory=dict)
     name: str | None = None
 
+    def __post_init__(self):
+        if isinstance(self.history, np.ndarray):
+            object.__setattr__(self, "history", tuple(self.history.tolist()))
+        if isinstance(self.history, (str, bytes)) or not isinstance(self.history, Sequence):
+            raise ConfigError(f"ProbeSpec.history must be a sequence of item ids, got {self.history!r}")
+        if not all(isinstance(i, str) for i in self.history):
+            bad = next(i for i in self.history if not isinstance(i, str))
+            raise ConfigError(f"ProbeSpec.history holds item ids as strings, "
+                              f"got {bad!r} ({type(bad).__name__})")
+        object.__setattr__(self, "history", tuple(self.history))
+        if self.name is None:
+            digest = hashlib.sha1("\x1f".join(self.history).encode()).hexdigest()[:10]
+            object.__setattr__(self, "name", f"probe-{digest}")
+        elif not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError(f"ProbeSpec.name must be a non-empty string, got {self.name!r}")
+
 
 @dataclass
 class Probe:
-    """Runtime state of one probe in an episode."""
+    """Runtime state of one probe in an episode.
+
+    `key` is the probe's stable id (`spec.name`); `agent` the env's name for its slot
+    ("probe_3" in a population). `tokens_at_start` is the meter's reading for `key` when
+    the episode began: the episode's tokens are what was charged since.
+    """
 
     key: str
     spec: ProbeSpec
     record: ProbeRecord
+    agent: str = ""
+    tokens_at_start: Usage = field(default_factory=Usage)
     slate: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     source: int = SOURCE_RECOMMENDER
     shown: dict = field(default_factory=dict)  # catalogue index -> None, insertion-ordered
@@ -64,7 +98,7 @@ def observation_space(n_items: int, slate_size: int, budget: int) -> spaces.Dict
     })
 
 
-def action_space(slate_size: int, max_query: int = 64) -> spaces.Dict:
+def action_space(slate_size: int, max_query: int = MAX_QUERY_LENGTH) -> spaces.Dict:
     """likes: 1 marks a liked slate position (all zeros = skip); query: non-empty = search next."""
     return spaces.Dict({
         "likes": spaces.MultiBinary(slate_size),
@@ -72,15 +106,54 @@ def action_space(slate_size: int, max_query: int = 64) -> spaces.Dict:
     })
 
 
-class InvalidAction(ConfigError):
-    """An action that does not fit the action space."""
+def check_likes(likes: object, slate_size: int) -> np.ndarray:
+    """`likes` as an int64 vector, checked BEFORE any cast: integers or bools that are 0 or 1.
+
+    Casting first would read 0.9 as "not liked", 1.7 as "liked" and "1" as a like; each of
+    those is an `InvalidAction` naming the value instead.
+    """
+    values = likes.tolist() if isinstance(likes, np.ndarray) else likes
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise InvalidAction(f"'likes' must be a sequence of {slate_size} zeros/ones, got {likes!r}")
+    flat = list(values)
+    if len(flat) != slate_size:
+        raise InvalidAction(f"'likes' must have {slate_size} entries (one per slate position), "
+                            f"got {len(flat)}: {likes!r}")
+    for pos, value in enumerate(flat):
+        if isinstance(value, (bool, np.bool_)):
+            continue
+        if not isinstance(value, (int, np.integer)):
+            raise InvalidAction(f"'likes' must hold integers or bools 0/1; position {pos} is {value!r} "
+                                f"({type(value).__name__}) in {likes!r}")
+        if value not in (0, 1):
+            raise InvalidAction(f"'likes' must hold 0 or 1; position {pos} is {value!r} in {likes!r}")
+    return np.asarray(flat, dtype=np.int64)
+
+
+def check_query(query: object, max_length: int = MAX_QUERY_LENGTH) -> str:
+    """A search query as the action space's `Text` declares it: at most `max_length`
+    characters from `QUERY_CHARSET` (None counts as no query)."""
+    if query is None:
+        return ""
+    if not isinstance(query, str):
+        raise InvalidAction(f"'query' must be a string, got {query!r} ({type(query).__name__})")
+    if len(query) > max_length:
+        raise InvalidAction(f"'query' may have at most {max_length} characters, got {len(query)}: "
+                            f"{query[:80]!r}")
+    outside = sorted(set(query) - set(QUERY_CHARSET))
+    if outside:
+        raise InvalidAction(f"'query' {query!r} has characters outside the action space's charset: "
+                            f"{''.join(outside)!r} (allowed: letters, digits and {QUERY_CHARSET[62:]!r})")
+    return query.strip()
 
 
 class InteractionEngine:
     def __init__(self, recommender: Recommender, task: Task, *, slate_size: int, budget: int,
                  token_meter: TokenMeter | None = None):
-        if slate_size < 1 or budget < 1:
-            raise ConfigError("slate_size and budget must be >= 1")
+        if isinstance(slate_size, bool) or not isinstance(slate_size, (int, np.integer)) or slate_size < 1:
+            raise ConfigError(f"slate_size must be an integer >= 1, got {slate_size!r}")
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+            raise ConfigError(f"budget must be an integer >= 1, got {budget!r}")
         self.recommender, self.task = recommender, task
         self.dataset = recommender.dataset
         self.slate_size, self.budget = slate_size, budget
@@ -95,24 +168,41 @@ class InteractionEngine:
         return self._search
 
     # ----------------------------------------------------------------- probes
-    def start(self, keyed_specs: Sequence[tuple[str, ProbeSpec]]) -> list[Probe]:
+    def start(self, agent_specs: Sequence[tuple[str, ProbeSpec]]) -> list[Probe]:
+        """New episode for each (agent slot, spec); probe names must be unique in the roster."""
+        names = [str(spec.name) for _, spec in agent_specs]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ConfigError(f"probe names must be unique in a roster (they key each probe's tokens); "
+                              f"repeated: {', '.join(map(repr, repeated))}")
         probes = []
-        for key, spec in keyed_specs:
+        for agent, spec in agent_specs:
+            if not isinstance(spec, ProbeSpec):
+                raise ConfigError(f"a roster holds ProbeSpec objects, got {spec!r} for {agent}")
             self.dataset.check_items(spec.history)
-            probes.append(Probe(key, spec, ProbeRecord(tuple(spec.history))))
+            key = str(spec.name)
+            start = self.token_meter.usage(key) if self.token_meter is not None else Usage()
+            probes.append(Probe(key, spec, ProbeRecord(tuple(spec.history)), agent=agent,
+                                tokens_at_start=start))
         self._next_slates(probes, [""] * len(probes))
         return probes
 
     def validate(self, action) -> tuple[np.ndarray, str]:
+        """(likes vector, stripped query) of a well-formed action; `InvalidAction` otherwise."""
         if not isinstance(action, Mapping) or "likes" not in action:
             raise InvalidAction(f"action must be a dict with 'likes' (and optional 'query'), got {action!r}")
-        likes = np.asarray(action["likes"]).astype(np.int64).reshape(-1)
-        if likes.shape != (self.slate_size,) or not np.isin(likes, (0, 1)).all():
-            raise InvalidAction(f"'likes' must be {self.slate_size} zeros/ones, got {action['likes']!r}")
-        query = action.get("query", "") or ""
-        if not isinstance(query, str):
-            raise InvalidAction(f"'query' must be a string, got {type(query).__name__}")
-        return likes, query.strip()
+        unknown = sorted(str(k) for k in action if k not in ACTION_KEYS)
+        if unknown:
+            raise InvalidAction(f"action has unknown key(s) {', '.join(map(repr, unknown))}; "
+                                f"expected {list(ACTION_KEYS)}")
+        return check_likes(action["likes"], self.slate_size), check_query(action.get("query"))
+
+    def episode_tokens(self, probe: Probe) -> Usage:
+        """Tokens charged to the probe's key since its episode began."""
+        if self.token_meter is None:
+            return Usage()
+        now, start = self.token_meter.usage(probe.key), probe.tokens_at_start
+        return Usage(**{f.name: getattr(now, f.name) - getattr(start, f.name) for f in fields(Usage)})
 
     def act(self, probe: Probe, likes: np.ndarray, query: str) -> tuple[list[str], float]:
         """Apply one probe's likes on its current slate; returns (new likes, reward)."""
@@ -130,7 +220,7 @@ class InteractionEngine:
         probe.record.likes_per_round.append(new)
         probe.record.slates.append([int(i) for i in probe.slate])
         probe.rounds += 1
-        return new, self.task.step_reward(probe.record, new, probe.slate)
+        return new, self.task.step_reward(probe.record, new, probe.slate.tolist())
 
     def advance(self, probes: Sequence[Probe], queries: Sequence[str]) -> None:
         """Next slates for probes that still have budget."""
@@ -163,6 +253,7 @@ class InteractionEngine:
     def info(self, probe: Probe, new_likes: Sequence[str] = ()) -> dict:
         texts = self._texts
         info = {
+            "probe": probe.key,
             "round": probe.rounds,
             "slate_item_ids": [str(self.dataset.item_ids[i]) for i in probe.slate],
             "slate_items": [str(texts[i]) for i in probe.slate],
@@ -171,14 +262,15 @@ class InteractionEngine:
             "metrics": self.task.probe_metrics(probe.record),
         }
         if self.token_meter is not None:
-            usage = self.token_meter.usage(probe.key)
+            usage = self.episode_tokens(probe)
             probe.record.tokens = usage.total_tokens
             info["tokens"] = usage.to_dict()
         return info
 
     def render_text(self, probe: Probe) -> str:
         where = "search results" if probe.source == SOURCE_SEARCH else "recommendations"
-        lines = [f"[{probe.key}] round {probe.rounds}/{self.budget}, {len(probe.record.likes)} likes; {where}:"]
+        label = f"{probe.agent}: {probe.key}" if probe.agent and probe.agent != probe.key else probe.key
+        lines = [f"[{label}] round {probe.rounds}/{self.budget}, {len(probe.record.likes)} likes; {where}:"]
         texts = self.dataset.items["text"]
         lines += [f"  {n}. {texts.iat[i]}" for n, i in enumerate(probe.slate)]
         return "\n".join(lines)

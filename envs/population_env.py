@@ -1,40 +1,59 @@
 """`PopulationEnv`: K probes against the same black box (a PettingZoo `ParallelEnv`)."""
 from __future__ import annotations
 
-import functools
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+import gymnasium
 import numpy as np
+from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
 from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset
-from ctrlsim.errors import CtrlsimError
+from ctrlsim.errors import ConfigError, CtrlsimError, ResetNeededError
 from ctrlsim.recommenders import Recommender
 from ctrlsim.seeding import rng_child
 
 from ._build import DEFAULT_RECOMMENDER, build_engine
-from .engine import ProbeSpec, action_space, observation_space
+from .checks import check_l_init, check_positive_int, check_render_mode, check_seed
+from .engine import Probe, ProbeSpec, action_space, observation_space
 from .roster import default_roster
 from .tasks import Task
 
+AgentID = str
+ObsType = dict[str, Any]
+ActType = dict[str, Any]
 
-class PopulationEnv(ParallelEnv):
+
+class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
     """A population of probes sharing one black box; one batched `recommend` per step.
 
-    Agents are "probe_0" ... "probe_{K-1}". Observation, action, reward and
-    info per agent are as in `ProbeEnv`. Each probe has its own round budget
-    and its own generator (`agent_rngs[name]`, derived from the reset seed) for
-    policies to use. A probe whose action is an exception (its policy failed)
-    or malformed is dropped: `terminations[name]=True` and `infos[name]["failure"]`
-    holds the reason; the others go on. `reset(options={"roster": [ProbeSpec,
-    ...]})` replaces the population (the evolution loop swaps clusters for
-    super probes this way); the default roster is the dataset's first K users
-    with seed histories of L_init in [4, 6] liked items.
-    `population_metrics()` gives the task's aggregate figures so far.
+    Agents: `possible_agents` is "probe_0" ... "probe_{n_agents-1}", fixed at construction;
+    `n_agents` is the largest roster this env takes. Each `reset` fills the first
+    len(roster) slots (`agents`), so a smaller roster leaves the last slots unused; a
+    larger one is a `ConfigError`. Observation, action, reward and info per agent are as
+    in `ProbeEnv`; `infos[agent]["probe"]` is the probe's stable id (`ProbeSpec.name`),
+    which keys its tokens in the `token_meter`, so a probe keeps its tokens across
+    roster swaps and a newcomer in a reused slot starts from zero.
+
+    Seeding: `reset(seed=...)` sets `self.np_random` (Gymnasium's seeding); the default
+    roster's seed lengths and each agent's generator (`agent_rngs[agent]`, for
+    policies) derive from it. Episode end: `truncations[agent]` when its round budget is
+    spent.
+
+    Failures: a policy that fails is reported with `env.drop(agent, reason)` before the
+    next `step`; that step takes no action from it and returns
+    `terminations[agent]=True` with `infos[agent]["failure"] = reason`. A malformed or
+    missing action drops its agent the same way (the reason names the bad value); the
+    others go on. `failures` maps every dropped agent to its reason.
+
+    `reset(options={"roster": [ProbeSpec, ...]})` replaces the population (the
+    evolution loop swaps clusters for super probes this way); the default roster is
+    the dataset's first `n_agents` users with seed histories of L_init in `l_init`
+    liked items. `population_metrics()` gives the task's aggregate figures so far.
     """
 
-    metadata = {"render_modes": ["ansi"], "name": "ctrlsim_population_v0"}
+    metadata = {"render_modes": ["ansi", "human"], "name": "ctrlsim_population_v0", "is_parallelizable": True}
 
     def __init__(self, recommender: Recommender | str = DEFAULT_RECOMMENDER, *, n_agents: int = 26,
                  dataset: Dataset | str = "ml-100k", task: Task | str = "target-discovery",
@@ -42,88 +61,126 @@ class PopulationEnv(ParallelEnv):
                  budget: int = 20, l_init: tuple[int, int] = (4, 6), mask_shown: bool = True,
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
                  token_meter: TokenMeter | None = None, render_mode: str | None = None):
+        check_render_mode(render_mode, self.metadata)
+        self.n_agents = check_positive_int("n_agents", n_agents)
+        self.l_init = check_l_init(l_init)
         self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
                                    mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter)
-        self.recommender, self.task, self.dataset = self.engine.recommender, self.engine.task, self.engine.dataset
-        self.n_agents, self.l_init, self.render_mode = n_agents, l_init, render_mode
-        self.possible_agents = [f"probe_{i}" for i in range(n_agents)]
-        self.agents: list[str] = []
-        self.probes: dict = {}
-        self.failures: dict[str, str] = {}
-        self.agent_rngs: dict[str, np.random.Generator] = {}
-        self._np_random = np.random.default_rng()
+        self.recommender, self.task = self.engine.recommender, self.engine.task
+        self.dataset = self.engine.dataset
+        self.render_mode = render_mode
+        self.possible_agents: list[AgentID] = [f"probe_{i}" for i in range(self.n_agents)]
+        self.agents: list[AgentID] = []
+        self.probes: dict[AgentID, Probe] = {}
+        self.failures: dict[AgentID, str] = {}
+        self.agent_rngs: dict[AgentID, np.random.Generator] = {}
+        self.np_random: np.random.Generator | None = None
+        self._pending_drops: dict[AgentID, str] = {}
+        self._observation_space = observation_space(len(self.dataset.items), self.engine.slate_size,
+                                                    self.engine.budget)
+        self._action_space = action_space(self.engine.slate_size)
 
-    @functools.lru_cache(maxsize=None)
-    def observation_space(self, agent):
-        return observation_space(len(self.dataset.items), self.engine.slate_size, self.engine.budget)
+    def observation_space(self, agent: AgentID) -> gymnasium.spaces.Dict:
+        """The same space object for every agent (PettingZoo expects it not to change)."""
+        return self._observation_space
 
-    @functools.lru_cache(maxsize=None)
-    def action_space(self, agent):
-        return action_space(self.engine.slate_size)
+    def action_space(self, agent: AgentID) -> gymnasium.spaces.Dict:
+        return self._action_space
 
     @property
     def config(self) -> dict:
         return {"recommender": self.recommender.identity, "task": self.task.config, "n_agents": self.n_agents,
-                "slate_size": self.engine.slate_size, "budget": self.engine.budget, "l_init": list(self.l_init)}
+                "slate_size": self.engine.slate_size, "budget": self.engine.budget,
+                "l_init": list(self.l_init)}
 
-    def reset(self, seed: int | None = None, options: dict | None = None):
-        if seed is not None or not hasattr(self, "_seeded"):
-            self._np_random = np.random.default_rng(seed)
-            self._seeded = True
-        roster: list[ProbeSpec] | None = (options or {}).get("roster")
+    def reset(self, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[dict[AgentID, ObsType], dict[AgentID, dict]]:
+        seed = check_seed(seed)
+        if seed is not None or self.np_random is None:
+            self.np_random, _ = seeding.np_random(seed)
+        roster: Sequence[ProbeSpec] | None = (options or {}).get("roster")
         if roster is None:
-            roster = default_roster(self.dataset, self.n_agents, self._np_random, self.l_init)
-        self.possible_agents = [f"probe_{i}" for i in range(len(roster))]
-        self.agents = list(self.possible_agents)
-        self.agent_rngs = {a: rng_child(self._np_random, "agent", i) for i, a in enumerate(self.agents)}
-        self.failures = {}
-        self.probes = {p.key: p for p in self.engine.start(list(zip(self.agents, roster)))}
+            roster = default_roster(self.dataset, self.n_agents, self.np_random, self.l_init)
+        roster = list(roster)
+        if not 1 <= len(roster) <= self.n_agents:
+            raise ConfigError(f"a roster must hold 1 to n_agents={self.n_agents} probes (possible_agents is "
+                              f"fixed at construction), got {len(roster)}")
+        self.agents = self.possible_agents[: len(roster)]
+        self.agent_rngs = {a: rng_child(self.np_random, "agent", i) for i, a in enumerate(self.agents)}
+        self.failures, self._pending_drops = {}, {}
+        self.probes = {p.agent: p for p in self.engine.start(list(zip(self.agents, roster)))}
         observations = {a: self.engine.observation(self.probes[a]) for a in self.agents}
         infos = {a: self.engine.info(self.probes[a]) for a in self.agents}
         return observations, infos
 
-    def step(self, actions: Mapping[str, object]):
+    def drop(self, agent: AgentID, reason: str) -> None:
+        """Report that `agent`'s policy failed: the next `step` terminates it with this reason."""
+        if agent not in self.agents:
+            raise ConfigError(f"cannot drop {agent!r}: not a live agent (live: {self.agents})")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError(f"drop({agent!r}) needs a non-empty reason string, got {reason!r}")
+        self._pending_drops[agent] = reason
+
+    def step(self, actions: Mapping[AgentID, ActType]) -> tuple[
+            dict[AgentID, ObsType], dict[AgentID, float], dict[AgentID, bool], dict[AgentID, bool],
+            dict[AgentID, dict]]:
+        if not self.probes:
+            raise ResetNeededError("call reset() before step()")
+        unknown = sorted(set(actions) - set(self.agents))
+        if unknown:
+            raise ConfigError(f"actions for agents that are not live: {unknown} (live: {self.agents})")
         rewards, terms, truncs, infos, new_likes, queries, acted = {}, {}, {}, {}, {}, {}, []
         for agent in self.agents:
-            action = actions.get(agent)
+            if agent in self._pending_drops:
+                self.failures[agent] = self._pending_drops[agent]
+                rewards[agent] = 0.0
+                continue
             try:
-                if isinstance(action, BaseException):
-                    raise action
-                if action is None:
-                    raise CtrlsimError("no action given")
-                likes, query = self.engine.validate(action)
+                if agent not in actions or actions[agent] is None:
+                    raise ConfigError("no action given (report a failed policy with env.drop(agent, reason))")
+                likes, query = self.engine.validate(actions[agent])
                 new_likes[agent], rewards[agent] = self.engine.act(self.probes[agent], likes, query)
-                queries[agent] = query
-                acted.append(agent)
-            except Exception as exc:  # noqa: BLE001 - a failing probe is recorded and dropped, never fatal
+            except CtrlsimError as exc:  # a bad action drops its probe; the population goes on
                 self.failures[agent] = f"{type(exc).__name__}: {exc}"
-                rewards[agent], terms[agent], truncs[agent] = 0.0, True, False
+                rewards[agent] = 0.0
+                continue
+            queries[agent] = query
+            acted.append(agent)
+        self._pending_drops = {}
         self.engine.advance([self.probes[a] for a in acted], [queries[a] for a in acted])
         observations = {}
         for agent in self.agents:
             probe = self.probes[agent]
             observations[agent] = self.engine.observation(probe)
             infos[agent] = self.engine.info(probe, new_likes.get(agent, ()))
-            if agent in self.failures:
+            terms[agent] = agent in self.failures
+            truncs[agent] = not terms[agent] and probe.rounds >= self.engine.budget
+            if terms[agent]:
                 infos[agent]["failure"] = self.failures[agent]
-            else:
-                terms[agent] = False
-                truncs[agent] = probe.rounds >= self.engine.budget
         self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
         return observations, rewards, terms, truncs, infos
 
     def population_metrics(self) -> dict[str, float]:
         """The task's aggregate metrics over every probe of this episode (dropped ones included)."""
-        if self.engine.token_meter is not None:
-            for key, probe in self.probes.items():
-                probe.record.tokens = self.engine.token_meter.usage(key).total_tokens
+        for probe in self.probes.values():
+            probe.record.tokens = self.engine.episode_tokens(probe).total_tokens
         return self.task.population_metrics([p.record for p in self.probes.values()])
 
-    def render(self):
-        lines = [f"{len(self.agents)}/{len(self.possible_agents)} probes active; "
-                 + ", ".join(f"{k}={v:.4g}" for k, v in self.population_metrics().items())]
-        lines += [self.engine.render_text(self.probes[a]) for a in self.agents[:3]]
-        return "\n".join(lines)
+    def render(self) -> str | None:
+        """"ansi": a summary and the first three live slates as text; "human": print it; no mode: None."""
+        if self.render_mode is None:
+            gymnasium.logger.warn("PopulationEnv.render() called without a render_mode")
+            return None
+        if not self.probes:
+            text = "(not reset yet)"
+        else:
+            metrics = ", ".join(f"{k}={v:.4g}" for k, v in self.population_metrics().items() if v is not None)
+            lines = [f"{len(self.agents)}/{len(self.probes)} probes active; {metrics}"]
+            text = "\n".join(lines + [self.engine.render_text(self.probes[a]) for a in self.agents[:3]])
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
 
-    def close(self):
-        pass
+    def close(self) -> None:
+        """Nothing to release: the black box belongs to whoever built it."""

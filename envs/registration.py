@@ -1,11 +1,25 @@
-"""Gymnasium registration of the ctrlsim environments (idempotent)."""
+"""Gymnasium registration of the ctrlsim environments (idempotent).
+
+`gymnasium.make` builds envs from model SPECS: the black box, dataset and LLM are given
+by name (`recommender="narm"`, `llm="qwen2.5-0.5b"`), never as live objects, so an env's
+`spec` stays plain data that `env.spec.to_json()` writes and `gymnasium.make(env.spec)`
+re-makes (Gymnasium deep-copies spec kwargs when it re-makes an env). Live objects
+(a loaded `LLM`, a shared `Recommender`, a `TokenMeter`) go to the env classes'
+constructors directly.
+"""
 from __future__ import annotations
+
+import importlib
+import numbers
+from typing import Any
 
 import gymnasium as gym
 
+from ctrlsim.errors import ConfigError
+
 _PROBE = "ctrlsim.envs.probe_env:ProbeEnv"
 
-# id -> (entry point, default kwargs)
+# id -> (env class, default kwargs)
 ENV_SPECS = {
     "ctrlsim/TargetDiscovery-v0": (_PROBE, {"task": "target-discovery"}),
     "ctrlsim/ProfileShaping-v0": (_PROBE, {"task": "profile-shaping"}),
@@ -17,7 +31,59 @@ ENV_IDS = tuple(ENV_SPECS)
 PROBE_ENV_IDS = tuple(i for i, (entry, _) in ENV_SPECS.items() if entry == _PROBE)  # multi-round envs
 
 
+def check_plain_data(value: Any, where: str) -> None:
+    """`value` is JSON-like data: None, bool, number, str, or lists/tuples/dicts of them."""
+    if value is None or isinstance(value, (bool, numbers.Number, str)):
+        return
+    if isinstance(value, (list, tuple)):
+        for n, item in enumerate(value):
+            check_plain_data(item, f"{where}[{n}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"gymnasium.make: {where} has a non-string key {key!r}")
+            check_plain_data(item, f"{where}[{key!r}]")
+        return
+    raise ConfigError(f"gymnasium.make takes model specs (names, paths, numbers), not live objects: "
+                      f"{where} is a {type(value).__name__}. Give it by name (e.g. recommender='narm', "
+                      f"llm='qwen2.5-0.5b'), or pass the object to the env class's constructor directly")
+
+
+class SpecEntryPoint:
+    """What `gymnasium.make` calls for a ctrlsim id: checks every kwarg is plain data, then
+    builds the env class (imported on first use, so registering stays cheap)."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+    def env_class(self) -> Any:
+        module, name = self.target.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    @property
+    def metadata(self) -> dict:  # gymnasium.make reads it to check render modes
+        return self.env_class().metadata
+
+    def __call__(self, **kwargs: Any) -> gym.Env:
+        for key, value in kwargs.items():
+            check_plain_data(value, key)
+        return self.env_class()(**kwargs)
+
+    def __repr__(self) -> str:
+        return f"SpecEntryPoint({self.target!r})"
+
+
+# Module attributes named in the registered entry points ("module:attribute" strings keep
+# the spec serialisable).
+probe_env = SpecEntryPoint(_PROBE)
+steereval_env = SpecEntryPoint("ctrlsim.envs.steereval_env:SteerEvalEnv")
+promptshift_env = SpecEntryPoint("ctrlsim.envs.promptshift_env:PromptShiftEnv")
+_ENTRY_NAMES = {_PROBE: "probe_env", "ctrlsim.envs.steereval_env:SteerEvalEnv": "steereval_env",
+                "ctrlsim.envs.promptshift_env:PromptShiftEnv": "promptshift_env"}
+
+
 def register_envs() -> None:
-    for env_id, (entry_point, kwargs) in ENV_SPECS.items():
+    for env_id, (target, kwargs) in ENV_SPECS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs)
+            gym.register(id=env_id, entry_point=f"{__name__}:{_ENTRY_NAMES[target]}", kwargs=kwargs)

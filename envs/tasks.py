@@ -115,7 +115,8 @@ class ProfileShaping(Task):
                  item_vectors: str = "tags"):
         super().__init__(dataset)
         weights = target if isinstance(target, Mapping) else None
-        self.tags, items = _target_items(dataset, list(target) if weights is not None else target)
+        tags: str | Sequence[str] = list(target) if isinstance(target, Mapping) else target
+        self.tags, items = _target_items(dataset, tags)
         self.target = set(items)
         self.vector_source = item_vectors
         self.vectors = self._item_vectors(item_vectors)
@@ -159,7 +160,7 @@ class ProfileShaping(Task):
             out.append(M.centred_profile_vector(self.vectors[self.dataset.indices(hist)], self.global_mean))
         return out
 
-    def probe_metrics(self, record) -> dict[str, float]:
+    def probe_metrics(self, record) -> dict[str, float | None]:  # type: ignore[override]
         traj = self.trajectory(record)
         smooth = M.trajectory_smoothness(traj, lag=3)
         shown = [self._item_tags[i] for s in record.slates for i in s]
@@ -170,9 +171,10 @@ class ProfileShaping(Task):
                 "js_divergence": M.js_divergence(M.tag_distribution(shown, self.all_tags), self.target_dist),
                 "likes": len(record.likes)}
 
-    def population_metrics(self, records) -> dict[str, float]:
+    def population_metrics(self, records) -> dict[str, float | None]:  # type: ignore[override]
         per = [self.probe_metrics(r) for r in records]
-        out = {k: float(np.nanmean([p[k] for p in per])) for k in ("accuracy", "accuracy_start", "js_divergence")}
+        out: dict[str, float | None] = {k: float(np.nanmean([p[k] for p in per]))  # type: ignore[arg-type]
+                                        for k in ("accuracy", "accuracy_start", "js_divergence")}
         smooth = [p["smoothness"] for p in per if p["smoothness"] is not None]
         out["smoothness"] = float(np.mean(smooth)) if smooth else None
         return {**out, **super().population_metrics(records)}
@@ -185,7 +187,8 @@ class PopularityBias(Task):
 
     name = "popularity-bias"
 
-    def __init__(self, dataset: Dataset, tail_quantile: float = 0.8, target: str | Sequence[str] | None = None):
+    def __init__(self, dataset: Dataset, tail_quantile: float = 0.8,
+                 target: str | Sequence[str] | None = None):
         super().__init__(dataset)
         if not 0 < tail_quantile < 1:
             raise ConfigError(f"tail_quantile must be in (0, 1), got {tail_quantile}")
@@ -208,7 +211,8 @@ class PopularityBias(Task):
     def probe_metrics(self, record) -> dict[str, float]:
         shown = [i for s in record.slates for i in s]
         return {"mean_popularity": M.mean_popularity(self.popularity, shown),
-                "long_tail_likes": sum(1 for i in record.likes if i in self.long_tail), "likes": len(record.likes)}
+                "long_tail_likes": sum(1 for i in record.likes if i in self.long_tail),
+                "likes": len(record.likes)}
 
     def population_metrics(self, records) -> dict[str, float]:
         shown = [i for r in records for s in r.slates for i in s]

@@ -63,25 +63,6 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_probe(args: argparse.Namespace) -> int:
-    """A population of random probes against a black box, Table-1 layout, plus the ceiling."""
-    from ctrlsim.experiments.probe_run import ProbeRunConfig, probe_job, save, table1
-
-    config = ProbeRunConfig(recommender=args.recommender, task=args.task, target=args.target, agents=args.agents,
-                            rounds=args.rounds, slate_size=args.slate_size, like_prob=args.like_prob,
-                            seed=args.seed, checkpoints=tuple(t for t in (5, 10, 15, 20) if t <= args.rounds)
-                            or (args.rounds,), ceiling_states_per_probe=args.ceiling_states,
-                            dataset=args.dataset)
-    result = probe_job(config)
-    print()
-    print(table1(result))
-    print(f"\nrecommender: {result['recommender']}")
-    print(f"task: {result['task']}; {len(result['failures'])} failed probes; {result['seconds']} s")
-    if args.out:
-        print(f"saved {save(result, args.out)}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The `ctrlsim` parser; protocol runners (steereval, promptshift) parse their own arguments."""
     parser = argparse.ArgumentParser(prog="ctrlsim", description="Measure how controllable recommenders are.")
@@ -92,26 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="summary of a dataset")
     data.add_argument("dataset", nargs="?", default="ml-100k", help="built-in name or path")
     data.set_defaults(func=cmd_data)
-    probe = sub.add_parser("probe", help="random probe population against a black box (Table 1 layout)")
-    probe.add_argument("--recommender", default="narm")
-    probe.add_argument("--task", default="target-discovery")
-    probe.add_argument("--target", default="Film-Noir")
-    probe.add_argument("--agents", type=int, default=26)
-    probe.add_argument("--rounds", type=int, default=20)
-    probe.add_argument("--slate-size", type=int, default=None, help="default: 20 for narm, 3 otherwise")
-    probe.add_argument("--like-prob", type=float, default=0.3)
-    probe.add_argument("--seed", type=int, default=0)
-    probe.add_argument("--ceiling-states", type=int, default=300, help="ceiling exploration bound per probe")
-    probe.add_argument("--dataset", default="ml-100k")
-    probe.add_argument("--out", default=None, help="write the result JSON here")
-    probe.set_defaults(func=cmd_probe)
     for name in PROTOCOLS:
         sub.add_parser(name, help=f"{name} tables (see `ctrlsim {name} --help`)", add_help=False)
     return parser
 
 
 # Runners that parse their own arguments: `ctrlsim <name> ...` calls `<module>.main(argv)`.
-PROTOCOLS = {"steereval": "ctrlsim.experiments.steereval_tables",
+PROTOCOLS = {"probe": "ctrlsim.experiments.probe_run",
+             "steereval": "ctrlsim.experiments.steereval_tables",
              "promptshift": "ctrlsim.experiments.promptshift_tables",
              "ctrlbench": "ctrlsim.experiments.ctrlbench",
              "evolve": "ctrlsim.experiments.evolve"}

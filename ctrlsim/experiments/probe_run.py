@@ -1,51 +1,146 @@
-"""Population runs of scripted/random probes with checkpointed metrics (the first main job)."""
+"""`ctrlsim probe`: a population of random probes (CtrlBench-Rec's Base) against one black box.
+
+Prints Coverage and Exploration Efficiency at the checkpoints in the layout of CtrlBench-Rec's
+Table 1, plus the controllability ceiling (the share of the target any probe could reach at
+all, see `ctrlsim.envs.ceiling`). Two units of work, each a pure function of (config, key):
+
+  episode   the population episode: metrics at each checkpoint, dropped probes, the roster
+  ceiling   the beam-search ceiling from the same roster (rebuilt from the seed)
+
+Both go to the run folder (`config.json`, `records.jsonl`, `tables.md`) as soon as each is
+done, so an interrupted or failed run keeps what it finished and a rerun resumes. Every
+flag is checked, and the output folder created, before any model loads.
+"""
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
+import re
+import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from tqdm import tqdm
 
-from ctrlsim.envs import PopulationEnv
-from ctrlsim.envs.ceiling import CeilingResult, controllability_ceiling
+from ctrlsim.envs import PopulationEnv, ProbeSpec
+from ctrlsim.envs.tasks import TASKS
+from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.config import (
+    RunOptions,
+    add_config_arguments,
+    check_choice,
+    check_output_dir,
+    check_range,
+    config_from_args,
+    config_to_dict,
+)
 
 # Slate sizes of the CtrlBench-Rec reference runs: 20 for NARM, 3 for the others.
 PAPER_SLATE_SIZE = {"narm": 20}
+PAPER_CHECKPOINTS = (5, 10, 15, 20)
+UNITS = ("episode", "ceiling")
 
 
-@dataclass
+def _check_int(name: str, value, *, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    check_range(name, value, low=low)
+
+
+@dataclass(frozen=True)
 class ProbeRunConfig:
-    recommender: str = "narm"
-    task: str = "target-discovery"
-    target: str = "Film-Noir"
-    agents: int = 26
-    rounds: int = 20
-    slate_size: int | None = None
-    like_prob: float = 0.3
-    seed: int = 0
-    checkpoints: tuple[int, ...] = (5, 10, 15, 20)
-    ceiling_states_per_probe: int = 300
-    dataset: str = "ml-100k"
-    recommender_options: dict = field(default_factory=dict)
+    """What identifies a `ctrlsim probe` run (validated on construction, before any model loads)."""
 
+    recommender: str = field(default="narm", metadata={
+        "help": "black box: narm, sasrec, embedding, bge, twhin-bert, popularity, ... or recbole:<Model>"})
+    task: str = field(default="target-discovery", metadata={"help": "controllability task",
+                                                            "choices": list(TASKS)})
+    target: str = field(default="Film-Noir", metadata={"help": "target tag (a genre on MovieLens)"})
+    agents: int = field(default=26, metadata={"help": "probes in the population (K)"})
+    rounds: int = field(default=20, metadata={"help": "interaction rounds per probe (t)"})
+    slate_size: int | None = field(default=None, metadata={"help": "items per slate; none = 20 for narm, "
+                                                                   "3 otherwise (the paper's runs)"})
+    like_prob: float = field(default=0.3, metadata={"help": "chance a random probe likes a slate item"})
+    seed: int = field(default=0, metadata={"help": "seed of the episode (roster, probe coins)"})
+    checkpoints: tuple[int, ...] | None = field(default=None, metadata={
+        "help": "rounds at which metrics are reported; none = 5,10,15,20 up to --rounds"})
+    ceiling_states: int = field(default=300, metadata={"help": "ceiling exploration bound per probe "
+                                                               "(states; at least --rounds)"})
+    dataset: str = field(default="ml-100k", metadata={"help": "built-in dataset name or path"})
+    recommender_options: dict[str, Any] = field(default_factory=dict)  # API only (no flag)
+
+    def __post_init__(self):
+        from ctrlsim.recommenders.registry import RECOMMENDERS
+
+        if not isinstance(self.recommender, str) or not (
+                self.recommender in RECOMMENDERS or self.recommender.startswith("recbole:")):
+            raise ConfigError(f"recommender: unknown black box {self.recommender!r}; choose from "
+                              f"{', '.join(sorted(RECOMMENDERS))} or recbole:<Model>")
+        check_choice("task", self.task, TASKS)
+        if not isinstance(self.target, str) or not self.target.strip():
+            raise ConfigError(f"target must be a tag name, got {self.target!r}")
+        _check_int("agents", self.agents, low=1)
+        _check_int("rounds", self.rounds, low=1)
+        if self.slate_size is not None:
+            _check_int("slate_size", self.slate_size, low=1)
+        check_range("like_prob", self.like_prob, low=0.0, high=1.0)
+        _check_int("seed", self.seed, low=0)
+        _check_int("ceiling_states", self.ceiling_states, low=1)
+        if self.ceiling_states < self.rounds:
+            raise ConfigError(f"ceiling_states must be at least rounds ({self.rounds}): the ceiling's beam "
+                              f"keeps ceiling_states // rounds nodes per round; got {self.ceiling_states}")
+        if self.checkpoints is not None:
+            if not self.checkpoints:
+                raise ConfigError("checkpoints needs at least one round")
+            for t in self.checkpoints:
+                _check_int("checkpoints", t, low=1)
+                if t > self.rounds:
+                    raise ConfigError(f"checkpoints: round {t} is beyond --rounds {self.rounds}")
+            if list(self.checkpoints) != sorted(set(self.checkpoints)):
+                raise ConfigError(f"checkpoints must be increasing and distinct, got {self.checkpoints!r}")
+        if not isinstance(self.dataset, str) or not self.dataset:
+            raise ConfigError(f"dataset must be a name or path, got {self.dataset!r}")
+        if not isinstance(self.recommender_options, dict):
+            raise ConfigError(f"recommender_options must be a dict, got {self.recommender_options!r}")
+
+    @property
     def resolved_slate_size(self) -> int:
         return self.slate_size or PAPER_SLATE_SIZE.get(self.recommender, 3)
 
+    @property
+    def resolved_checkpoints(self) -> tuple[int, ...]:
+        if self.checkpoints is not None:
+            return tuple(self.checkpoints)
+        return tuple(t for t in PAPER_CHECKPOINTS if t <= self.rounds) or (self.rounds,)
+
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["checkpoints"] = list(self.checkpoints)
-        d["slate_size"] = self.resolved_slate_size()
+        """The run's identity, with defaults resolved (stored as the run folder's config)."""
+        d = config_to_dict(self)
+        d["slate_size"], d["checkpoints"] = self.resolved_slate_size, list(self.resolved_checkpoints)
         return d
 
 
+def default_out(config: ProbeRunConfig) -> Path:
+    """A folder named after the run, so reruns of one config resume and other configs do not collide."""
+    digest = hashlib.sha1(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{config.recommender}-{config.target}").strip("-")
+    return Path("results") / "probe" / f"{slug}-{digest}"
+
+
+# ----------------------------------------------------------------------------- the episode
+
 def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, checkpoints: tuple[int, ...],
-                   show_progress: bool = True) -> dict[int, dict]:
-    """Run one episode; `policy_for(agent, rng)` builds each agent's policy. Returns metrics per checkpoint."""
-    obs, infos = env.reset(seed=seed)
+                   show_progress: bool = True, roster: list[ProbeSpec] | None = None) -> dict[int, dict]:
+    """Run one episode; `policy_for(agent, rng)` builds each agent's policy. Returns metrics per checkpoint.
+
+    A policy that raises is reported to the env with `env.drop(agent, reason)`: that probe
+    ends, the others go on.
+    """
+    obs, infos = env.reset(seed=seed, options={"roster": roster} if roster is not None else None)
     policies = {a: policy_for(a, env.agent_rngs[a]) for a in env.agents}
     results: dict[int, dict] = {}
     bar = tqdm(range(1, env.engine.budget + 1), desc="rounds", disable=not show_progress)
@@ -57,7 +152,7 @@ def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, check
             try:
                 actions[agent] = policies[agent].act(obs[agent], infos[agent])
             except Exception as exc:  # noqa: BLE001 - a failing policy drops its probe, not the run
-                actions[agent] = exc
+                env.drop(agent, f"{type(exc).__name__}: {exc}")
         obs, _, _, _, infos = env.step(actions)
         if t in checkpoints:
             results[t] = env.population_metrics()
@@ -65,71 +160,177 @@ def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, check
     return results
 
 
-def probe_job(config: ProbeRunConfig, *, show_progress: bool = True) -> dict:
-    """The `ctrlsim probe` job: random probes (Base) on a black box, plus the ceiling."""
+def _black_box(config: ProbeRunConfig):
+    """The run's black box, built once per process (the episode and the ceiling share it)."""
+    from ctrlsim.data import load_dataset
+    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.recommenders import make_recommender
+
+    options = json.dumps(config.recommender_options, sort_keys=True)
+    name = f"probe-run:{config.recommender}:{config.dataset}:{options}"
+    return worker_cache(name, lambda: make_recommender(config.recommender, load_dataset(config.dataset),
+                                                       mask_shown=True, **config.recommender_options))
+
+
+def _env(config: ProbeRunConfig) -> PopulationEnv:
+    return PopulationEnv(_black_box(config), n_agents=config.agents, task=config.task, target=config.target,
+                         slate_size=config.resolved_slate_size, budget=config.rounds)
+
+
+def spec_to_dict(spec: ProbeSpec) -> dict:
+    return {"name": spec.name, "history": list(spec.history), "profile": spec.profile,
+            "attributes": dict(spec.attributes)}
+
+
+def run_unit(config: ProbeRunConfig, key: str, *, show_progress: bool = False) -> dict:
+    """One unit of work: "episode" or "ceiling" (both pure functions of the config)."""
     from ctrlsim.agents import RandomProbe
 
     started = time.time()
-    env = PopulationEnv(config.recommender, n_agents=config.agents, dataset=config.dataset, task=config.task,
-                        target=config.target, slate_size=config.resolved_slate_size(), budget=config.rounds,
-                        recommender_options=config.recommender_options)
-    metrics = run_population(env, lambda agent, rng: RandomProbe(rng, config.like_prob), seed=config.seed,
-                             checkpoints=config.checkpoints, show_progress=show_progress)
-    ceiling = None
-    if getattr(env.task, "target", None):
+    env = _env(config)
+    if key == "episode":
+        metrics = run_population(env, lambda agent, rng: RandomProbe(rng, config.like_prob), seed=config.seed,
+                                 checkpoints=config.resolved_checkpoints, show_progress=show_progress)
+        records = [p.record for p in env.probes.values()]
+        return {"recommender": env.recommender.identity, "task": env.task.config,
+                "metrics": {str(t): m for t, m in metrics.items()}, "failures": dict(env.failures),
+                "tokens": int(sum(r.tokens for r in records)),
+                "likes": int(sum(len(r.likes) for r in records)),
+                "roster": [spec_to_dict(p.spec) for p in env.probes.values()],
+                "seconds": round(time.time() - started, 2)}
+    if key == "ceiling":
+        from ctrlsim.envs.ceiling import controllability_ceiling
+
+        target = getattr(env.task, "target", None)
+        if not target:
+            return {"skipped": f"task {config.task!r} has no target set"}
+        env.reset(seed=config.seed)  # the same roster the episode played
         roster = [p.spec for p in env.probes.values()]
         bar = tqdm(desc="ceiling (states)", disable=not show_progress, unit="state")
-
-        def tick(total: int) -> None:
-            bar.update(total - bar.n)
-
-        ceiling = controllability_ceiling(env.recommender, roster, env.task.target,
-                                          slate_size=config.resolved_slate_size(), budget=config.rounds,
-                                          max_states_per_probe=config.ceiling_states_per_probe, progress=tick)
+        ceiling = controllability_ceiling(env.recommender, roster, target,
+                                          slate_size=config.resolved_slate_size, budget=config.rounds,
+                                          max_states_per_probe=config.ceiling_states,
+                                          progress=lambda total: bar.update(total - bar.n))
         bar.close()
-    return {
-        "config": config.to_dict(),
-        "recommender": env.recommender.identity,
-        "task": env.task.config,
-        "metrics": {str(t): m for t, m in metrics.items()},
-        "failures": env.failures,
-        "ceiling": _ceiling_dict(ceiling, config.checkpoints) if ceiling else None,
-        "seconds": round(time.time() - started, 2),
-    }
+        return {"coverage": ceiling.coverage_ceiling,
+                "at": {str(t): ceiling.ceiling_at(t) for t in config.resolved_checkpoints},
+                "states_expanded": ceiling.states_expanded, "exhaustive": ceiling.exhaustive,
+                "max_states_per_probe": ceiling.max_states_per_probe,
+                "bound": "exact" if ceiling.exhaustive else "lower bound (beam search)",
+                "seconds": round(time.time() - started, 2)}
+    raise ConfigError(f"unknown probe-run unit {key!r}; units: {', '.join(UNITS)}")
 
 
-def _ceiling_dict(ceiling: CeilingResult, checkpoints) -> dict:
-    return {"coverage": ceiling.coverage_ceiling, "at": {str(t): ceiling.ceiling_at(t) for t in checkpoints},
-            "states_expanded": ceiling.states_expanded, "exhaustive": ceiling.exhaustive,
-            "max_states_per_probe": ceiling.max_states_per_probe,
-            "bound": "lower bound (beam search)" if not ceiling.exhaustive else "exact"}
+def _run_unit_with_progress(config: ProbeRunConfig, key: str) -> dict:
+    return run_unit(config, key, show_progress=True)
 
 
-def table1(result: dict) -> str:
+def _run_unit_quiet(config: ProbeRunConfig, key: str) -> dict:
+    return run_unit(config, key, show_progress=False)
+
+
+# ----------------------------------------------------------------------------- checks and tables
+
+def preflight(config: ProbeRunConfig) -> None:
+    """What can be checked from the dataset alone, before the black box loads or trains."""
+    from ctrlsim.data import load_dataset
+    from ctrlsim.envs.roster import user_order
+
+    ds = load_dataset(config.dataset)
+    size = len(ds.items_with_tag(config.target))  # an unknown tag raises DataError naming it
+    if config.task == "target-discovery" and size == 0:
+        raise ConfigError(f"target {config.target!r} has no items in {ds.name}; choose another tag")
+    users = len(user_order(ds))
+    if config.agents > users:
+        raise ConfigError(f"agents: {config.agents} probes need as many users; {ds.name} has {users}")
+
+
+def format_tables(config: ProbeRunConfig, records: dict[str, dict]) -> str:
     """CtrlBench-Rec Table 1 layout: Coverage (%) and Exploration Efficiency at each checkpoint."""
     from tabulate import tabulate
 
-    cps = result["config"]["checkpoints"]
-    met = result["metrics"]
+    cps = config.resolved_checkpoints
 
     def fmt(v):
         return "-" if v is None else ("inf" if np.isinf(v) else f"{v:.2f}")
 
     header = ["Black-Box", "Method"] + [f"Cov% t={t}" for t in cps] + [f"Eff t={t}" for t in cps]
-    name = result["config"]["recommender"]
-    row = [name, f"Base (random, K={result['config']['agents']})"]
-    row += [fmt(100 * met[str(t)]["coverage"]) if str(t) in met else "-" for t in cps]
-    row += [fmt(met[str(t)]["efficiency"]) if str(t) in met else "-" for t in cps]
-    rows = [row]
-    if result.get("ceiling"):
-        ceil = result["ceiling"]
-        rows.append([name, f"Ceiling ({ceil['bound']})"] + [fmt(100 * ceil["at"][str(t)]) for t in cps]
-                    + ["" for _ in cps])
-    return tabulate(rows, headers=header)
+    rows = []
+    episode, ceiling = records.get("episode"), records.get("ceiling")
+    if episode:
+        met = episode["metrics"]
+        row = [config.recommender, f"Base (random, K={config.agents})"]
+        row += [fmt(100 * met[str(t)]["coverage"]) if str(t) in met else "-" for t in cps]
+        row += [fmt(met[str(t)]["efficiency"]) if str(t) in met else "-" for t in cps]
+        rows.append(row)
+    if ceiling and "at" in ceiling:
+        rows.append([config.recommender, f"Ceiling ({ceiling['bound']})"]
+                    + [fmt(100 * ceiling["at"][str(t)]) for t in cps] + ["" for _ in cps])
+    table = tabulate(rows, headers=header, tablefmt="github", disable_numparse=True)
+    title = f"## Table 1 layout: {config.recommender}, target {config.target}, task {config.task}"
+    lines = [title, "", table, ""]
+    if episode:
+        lines += [f"- recommender: {json.dumps(episode['recommender'], default=str)}",
+                  f"- task: {json.dumps(episode['task'], default=str)}",
+                  f"- failed probes: {len(episode['failures'])} of {config.agents}",
+                  f"- tokens (from the stored records): {episode['tokens']} (random probes use no LLM)"]
+    missing = [u for u in UNITS if u not in records]
+    if missing:
+        lines.append(f"- not finished yet: {', '.join(missing)} (rerun the same command to resume)")
+    return "\n".join(lines)
 
 
-def save(result: dict, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, default=float))
-    return path
+# ----------------------------------------------------------------------------- the runner
+
+def run(config: ProbeRunConfig, options: RunOptions, *, show_progress: bool = True) -> tuple[dict, Path]:
+    """Run (or resume) the job into its run folder; returns (records by unit, folder)."""
+    from ctrlsim.experiments.executor import executor_from_options, is_failure
+    from ctrlsim.experiments.runfolder import RunFolder
+
+    out = Path(options.out) if options.out is not None else default_out(config)
+    check_output_dir(out)
+    preflight(config)
+    failed: dict[str, str] = {}
+    with RunFolder(out, config.to_dict(), overwrite=options.overwrite) as folder:
+        def on_record(key: str, record: dict) -> None:
+            if is_failure(record):  # not stored: a rerun tries the unit again
+                failed[key] = record["error"]
+                return
+            folder.store.add(key, record)
+            folder.write_tables(format_tables(config, dict(folder.store.records())))
+
+        todo = [u for u in UNITS if u not in folder.store]
+        in_process = show_progress and options.executor == "local"
+        unit_fn = _run_unit_with_progress if in_process else _run_unit_quiet
+        with executor_from_options(options) as executor:
+            executor.run(unit_fn, config, todo, on_record, progress=show_progress, desc="probe-run units")
+        records = dict(folder.store.records())
+        folder.write_tables(format_tables(config, records))
+    if failed:
+        details = "; ".join(f"{k}: {v}" for k, v in failed.items())
+        raise ConfigError(f"{len(failed)} unit(s) failed ({details}); finished units are in {out}, "
+                          f"rerun the same command to retry the rest")
+    return records, out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctrlsim probe", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(parser, ProbeRunConfig)
+    add_config_arguments(parser, RunOptions, group="run options")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from_args(ProbeRunConfig, args)
+    options = config_from_args(RunOptions, args)
+    records, out = run(config, options)
+    print()
+    print(format_tables(config, records))
+    print(f"\nrun folder: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

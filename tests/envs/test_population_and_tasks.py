@@ -1,34 +1,121 @@
 import numpy as np
 import pytest
-
 from ctrlsim.agents import RandomProbe, TargetSeekingProbe
 from ctrlsim.envs import PopulationEnv, ProbeEnv, ProbeRecord, ProbeSpec
 from ctrlsim.envs.ceiling import controllability_ceiling
 from ctrlsim.envs.roster import default_roster
+
 from ctrlsim.errors import ConfigError
 
 
-def test_failing_probe_is_dropped_and_recorded(emb_rec):
+def popularity_order(ml100k) -> list[str]:
+    """Catalogue ids by popularity, ties in catalogue order: the popularity box's ranking, computed here."""
+    pop = ml100k.items["popularity"].tolist()
+    ids = ml100k.items["item_id"].tolist()
+    return [ids[i] for i in sorted(range(len(ids)), key=lambda i: (-pop[i], i))]
+
+
+def seeker_by_hand(order, seed_history, target, slate_size, rounds):
+    """Slates and likes of a target-seeking probe on the popularity box with shown items masked."""
+    history, shown, slates, likes = list(seed_history), set(), [], []
+    for _ in range(rounds):
+        slate = [i for i in order if i not in history and i not in shown][:slate_size]
+        liked = [i for i in slate if i in target]
+        slates.append(slate)
+        likes.append(liked)
+        history += liked
+        shown |= set(slate)
+    return slates, likes
+
+
+def test_target_seeking_population_matches_a_hand_simulation(pop_rec, ml100k):
+    target = set(ml100k.items_with_tag("Horror"))
+    specs = default_roster(ml100k, 3, np.random.default_rng(0))
+    env = PopulationEnv(pop_rec, n_agents=3, budget=8, target="Horror")
+    obs, infos = env.reset(seed=0, options={"roster": specs})
+    seeker, rewards = TargetSeekingProbe(target), {a: [] for a in env.agents}
+    slates = {a: [infos[a]["slate_item_ids"]] for a in env.agents}
+    while env.agents:
+        obs, rew, _, _, infos = env.step({a: seeker.act(obs[a], infos[a]) for a in env.agents})
+        for a, r in rew.items():
+            rewards[a].append(r)
+            slates[a].append(infos[a]["slate_item_ids"])
+    order = popularity_order(ml100k)
+    found = set()
+    for agent, spec in zip(env.possible_agents, specs):
+        want_slates, want_likes = seeker_by_hand(order, spec.history, target, 3, 8)
+        assert slates[agent][:8] == want_slates
+        assert env.probes[agent].record.likes_per_round == want_likes
+        assert rewards[agent] == [float(len(x)) for x in want_likes]  # reward = new target likes
+        found |= {i for x in want_likes for i in x}
+    metrics = env.population_metrics()
+    assert metrics["coverage"] == pytest.approx(len(found) / len(target))
+    assert metrics["avg_len"] == pytest.approx(np.mean([sum(map(len, seeker_by_hand(
+        order, s.history, target, 3, 8)[1])) for s in specs]))
+    assert len(found) > 0  # the popular Horror titles (e.g. Alien, Scream) are on the first slates
+
+
+def test_drop_ends_a_failing_probe_and_the_others_go_on(emb_rec):
     env = PopulationEnv(emb_rec, n_agents=4, budget=3, target="Horror")
     obs, _ = env.reset(seed=0)
-    actions = {a: {"likes": [1, 0, 0], "query": ""} for a in env.agents}
-    actions["probe_1"] = RuntimeError("LLM reply could not be parsed")
+    env.drop("probe_1", "LLM reply could not be parsed")
+    actions = {a: {"likes": [1, 0, 0], "query": ""} for a in env.agents if a != "probe_1"}
     actions["probe_2"] = {"likes": [5, 5, 5]}
     obs, rew, term, trunc, info = env.step(actions)
-    assert term["probe_1"] and term["probe_2"] and not term["probe_0"]
-    assert "could not be parsed" in info["probe_1"]["failure"] and "likes" in info["probe_2"]["failure"]
-    assert env.agents == ["probe_0", "probe_3"]
+    assert term == {"probe_0": False, "probe_1": True, "probe_2": True, "probe_3": False}
+    assert info["probe_1"]["failure"] == "LLM reply could not be parsed"
+    failure = info["probe_2"]["failure"]
+    assert failure.startswith("InvalidAction") and "position 0 is 5" in failure
+    assert rew["probe_1"] == rew["probe_2"] == 0.0
+    assert env.agents == ["probe_0", "probe_3"] and env.probes["probe_1"].rounds == 0
     while env.agents:
         env.step({a: {"likes": [0, 1, 0], "query": ""} for a in env.agents})
     assert set(env.failures) == {"probe_1", "probe_2"}
-    assert env.population_metrics()["avg_len"] > 0
+    # probe_0 and probe_3 liked one new item in each of 3 rounds; the dropped ones nothing.
+    assert env.population_metrics()["avg_len"] == pytest.approx((3 + 3 + 0 + 0) / 4)
+
+
+def test_possible_agents_fixed_and_roster_swaps(emb_rec, ml100k):
+    specs = default_roster(ml100k, 6, np.random.default_rng(0))
+    pop = PopulationEnv(emb_rec, n_agents=5, budget=4, target="Horror")
+    possible = list(pop.possible_agents)
+    assert possible == [f"probe_{i}" for i in range(5)]
+    _, infos = pop.reset(seed=0, options={"roster": specs[:3]})
+    assert pop.agents == ["probe_0", "probe_1", "probe_2"] and pop.possible_agents == possible
+    assert [infos[a]["probe"] for a in pop.agents] == ["user-1", "user-2", "user-3"]
+    pop.reset(seed=0)  # default roster: the first n_agents users
+    assert pop.agents == possible and pop.possible_agents == possible
+    with pytest.raises(ConfigError, match="got 6"):
+        pop.reset(seed=0, options={"roster": specs})
+    with pytest.raises(ConfigError, match="'user-1'"):
+        pop.reset(seed=0, options={"roster": [specs[0], specs[1], specs[0]]})
+
+
+def test_token_keys_follow_probes_across_roster_swaps(emb_rec, ml100k):
+    from ctrlsim.backends import TokenMeter
+
+    a, b, c = default_roster(ml100k, 3, np.random.default_rng(0))
+    meter = TokenMeter()
+    env = PopulationEnv(emb_rec, n_agents=2, budget=3, target="Horror", token_meter=meter)
+    env.reset(seed=0, options={"roster": [a, b]})
+    meter.add(100, 20, key=a.name)  # probe a's LLM calls, charged under its id
+    _, _, _, _, infos = env.step({ag: {"likes": [0, 0, 0]} for ag in env.agents})
+    assert infos["probe_0"]["tokens"]["total_tokens"] == 120
+    assert infos["probe_1"]["tokens"]["total_tokens"] == 0
+    assert env.population_metrics()["avg_tokens"] == pytest.approx(60.0)
+    # New roster: c takes a's old slot and must not inherit a's tokens; a moves to slot 1.
+    _, infos = env.reset(seed=0, options={"roster": [c, a]})
+    meter.add(7, 3, key=a.name)
+    _, _, _, _, infos = env.step({ag: {"likes": [0, 0, 0]} for ag in env.agents})
+    assert infos["probe_0"]["probe"] == c.name and infos["probe_0"]["tokens"]["total_tokens"] == 0
+    assert infos["probe_1"]["probe"] == a.name and infos["probe_1"]["tokens"]["total_tokens"] == 10
+    assert meter.usage(a.name).total_tokens == 130 and meter.usage("probe_0").total_tokens == 0
 
 
 def test_roster_replacement_and_batched_equals_single(emb_rec, ml100k):
     specs = default_roster(ml100k, 5, np.random.default_rng(0))
     pop = PopulationEnv(emb_rec, n_agents=5, budget=4, target="Horror")
     obs, infos = pop.reset(seed=0, options={"roster": specs[:3]})
-    assert pop.agents == ["probe_0", "probe_1", "probe_2"]
     likes = {"likes": [1, 0, 1], "query": ""}
     pop_trace = []
     while pop.agents:
@@ -60,12 +147,16 @@ def test_target_seeking_beats_random_on_coverage(emb_rec, ml100k):
         pols = {a: factory(env.agent_rngs[a]) for a in env.agents}
         while env.agents:
             obs, _, _, _, infos = env.step({a: pols[a].act(obs[a], infos[a]) for a in env.agents})
-        return env.population_metrics()
+        return env.population_metrics(), [p.record.likes for p in env.probes.values()]
 
-    seek = run(lambda rng: TargetSeekingProbe(target))
-    rand = run(lambda rng: RandomProbe(rng))
+    (seek, seek_likes), (rand, rand_likes) = run(lambda rng: TargetSeekingProbe(target)), run(RandomProbe)
     assert seek["coverage"] > rand["coverage"]
-    assert seek["efficiency"] <= rand["efficiency"]
+    # A seeker likes only targets; coverage is the share of the target any probe liked.
+    assert all(i in target for likes in seek_likes for i in likes)
+    for metrics, likes in ((seek, seek_likes), (rand, rand_likes)):
+        found = {i for x in likes for i in x} & target
+        assert metrics["coverage"] == pytest.approx(len(found) / len(target))
+        assert metrics["avg_len"] == pytest.approx(sum(map(len, likes)) / 10)
 
 
 def test_profile_shaping_accuracy_rises_when_liking_targets(emb_rec, ml100k):
@@ -103,13 +194,15 @@ def test_ceiling_bounds_reachability(emb_rec, ml100k):
     assert res.ceiling_at(1) <= res.ceiling_at(3) <= res.ceiling_at(6) == res.coverage_ceiling
     assert res.states_expanded <= 3 * 60 and not res.exhaustive
     assert all(0 <= r < 6 for r in res.first_round.values())
-    # What a target-seeking probe actually discovers in the same setting stays within reach.
+    # Round 0 is each probe's first slate: the targets on it are reachable with no action.
     env = PopulationEnv(emb_rec, n_agents=3, budget=6, target="Horror")
-    obs, infos = env.reset(seed=0, options={"roster": specs})
-    seeker = TargetSeekingProbe(target)
-    while env.agents:
-        obs, _, _, _, infos = env.step({a: seeker.act(obs[a], infos[a]) for a in env.agents})
-    assert res.graphs[0].number_of_nodes() > 1
+    _, infos = env.reset(seed=0, options={"roster": specs})
+    first = {i for a in env.agents for i in infos[a]["slate_item_ids"] if i in target}
+    assert {i for i, r in res.first_round.items() if r == 0} == first
+    # The root's children are "skip" plus one "like" per item of its first slate.
+    root = (tuple(specs[0].history), frozenset())
+    assert sorted(d["action"] for _, _, d in res.graphs[0].out_edges(root, data=True)) == sorted(
+        ["skip"] + [f"like {i}" for i in infos["probe_0"]["slate_item_ids"]])
     with pytest.raises(ConfigError):
         controllability_ceiling(emb_rec, specs, target, slate_size=3, budget=6, max_states_per_probe=2)
 

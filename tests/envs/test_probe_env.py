@@ -1,10 +1,9 @@
 import numpy as np
 import pytest
+from ctrlsim.envs import ProbeEnv, ProbeSpec
 
 from ctrlsim.backends import TokenMeter
-from ctrlsim.envs import ProbeEnv, ProbeSpec
-from ctrlsim.envs.engine import InvalidAction
-from ctrlsim.errors import UnknownItemError
+from ctrlsim.errors import InvalidAction, ResetNeededError, UnknownItemError
 
 
 def test_likes_feed_the_black_box_and_rewards_count_new_targets(emb_rec, ml100k):
@@ -45,32 +44,68 @@ def test_search_returns_matching_items_then_click(emb_rec):
     assert info["new_likes"] and obs["source"] == 0
 
 
-def test_token_usage_in_info(emb_rec):
+def test_token_usage_in_info_is_keyed_by_the_probe_name(emb_rec):
     meter = TokenMeter()
-    env = ProbeEnv(emb_rec, budget=2, token_meter=meter, probe_key="p7")
-    env.reset(seed=0)
-    meter.add(100, 20, key="p7")  # what an LLM probe's calls charge under its key
+    env = ProbeEnv(emb_rec, budget=2, token_meter=meter)
+    _, info = env.reset(seed=0, options={"probe": ProbeSpec(history=("1", "2"), name="p7")})
+    assert info["probe"] == "p7" and info["tokens"]["total_tokens"] == 0
+    meter.add(100, 20, key="p7")  # what an LLM probe's calls charge under its id
+    meter.add(50, 5, key="someone-else")
     _, _, _, _, info = env.step({"likes": [0, 0, 0], "query": ""})
-    assert info["tokens"]["total_tokens"] == 120
+    assert info["tokens"]["total_tokens"] == 120 and info["tokens"]["calls"] == 1
+    # A new episode of the same probe counts from zero; the meter keeps the probe's total.
+    _, info = env.reset(seed=0, options={"probe": ProbeSpec(history=("1", "2"), name="p7")})
+    assert info["tokens"]["total_tokens"] == 0 and meter.usage("p7").total_tokens == 120
+
+
+def test_unnamed_specs_are_named_after_their_seed_history():
+    a, b = ProbeSpec(history=("1", "2")), ProbeSpec(history=["1", "2"])
+    assert a.name == b.name and a.name.startswith("probe-")
+    assert ProbeSpec(history=("2", "1")).name != a.name
+    assert ProbeSpec(history=("1",), name="user-9").name == "user-9"
+
+
+def test_query_within_the_action_space_is_accepted(emb_rec):
+    env = ProbeEnv(emb_rec, budget=3)
+    env.reset(seed=0)
+    longest = ("noir detective " * 5)[:64]  # the Text space's max_length, all from its charset
+    assert len(longest) == 64
+    assert env.action_space["query"].contains(longest)
+    obs, _, _, _, info = env.step({"likes": np.array([0, 0, 0], dtype=np.int8), "query": longest})
+    assert obs["source"] == 1
+    obs, _, _, _, info = env.step({"likes": [True, False, False], "query": None})  # bools; None = no query
+    assert obs["source"] == 0 and len(info["new_likes"]) == 1
 
 
 def test_bad_actions_and_inputs(emb_rec):
     env = ProbeEnv(emb_rec, budget=2)
     env.reset(seed=0)
-    with pytest.raises(InvalidAction):
+    with pytest.raises(InvalidAction, match=r"3 entries"):
         env.step({"likes": [1, 0]})
-    with pytest.raises(InvalidAction):
+    with pytest.raises(InvalidAction, match=r"position 0 is 2"):
         env.step({"likes": [2, 0, 0]})
-    with pytest.raises(InvalidAction):
+    with pytest.raises(InvalidAction, match="like the first one"):
         env.step("like the first one")
-    with pytest.raises(UnknownItemError):
+    assert env.probe.rounds == 0  # rejected actions cost no round
+    with pytest.raises(UnknownItemError, match="not-an-item"):
         env.reset(options={"probe": ProbeSpec(history=("not-an-item",))})
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ResetNeededError):
         ProbeEnv(emb_rec).step({"likes": [0, 0, 0]})
 
 
-def test_render_shows_the_slate(emb_rec):
+def test_render_modes(emb_rec, capsys):
     env = ProbeEnv(emb_rec, budget=2, render_mode="ansi")
     _, info = env.reset(seed=0)
     text = env.render()
     assert info["slate_items"][0] in text and "round 0/2" in text
+    assert capsys.readouterr().out == ""
+
+    human = ProbeEnv(emb_rec, budget=2, render_mode="human")
+    human.reset(seed=0)
+    _, _, _, _, info = human.step({"likes": [0, 0, 0], "query": ""})
+    printed = capsys.readouterr().out
+    # One slate printed per step, and not the return value of render() ("None") after it.
+    assert printed.count("round 1/2") == 1 and "None" not in printed
+    assert info["slate_items"][2] in printed
+    with pytest.warns(UserWarning, match="render_mode"):
+        assert ProbeEnv(emb_rec, budget=2).render() is None  # no render mode: nothing to render

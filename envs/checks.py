@@ -1,0 +1,55 @@
+"""Argument checks every ctrlsim env applies before it does any work.
+
+Each check raises `ConfigError` naming the argument and the offending value, so a bad
+`reset(seed=-1)` or `l_init=(5, 2)` is a clear typed error rather than a numpy or
+Gymnasium traceback from deep inside a draw.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Mapping
+
+from ctrlsim.errors import ConfigError
+
+
+def check_render_mode(render_mode: str | None, metadata: Mapping[str, Any]) -> None:
+    """`render_mode` is None or one of the modes the env's metadata declares."""
+    modes = list(metadata.get("render_modes", []))
+    if render_mode is not None and render_mode not in modes:
+        raise ConfigError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
+
+
+def check_seed(seed: object) -> int | None:
+    """A reset seed is None or a non-negative integer (numpy integers too; not bool, not float).
+    Returns it as a Python int, which is what Gymnasium's seeding accepts."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ConfigError(f"seed must be a non-negative integer or None, "
+                          f"got {seed!r} ({type(seed).__name__})")
+    if seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer or None, got {seed!r}")
+    return int(seed)
+
+
+def check_l_init(l_init: object) -> tuple[int, int]:
+    """The seed-history length range (low, high) with 1 <= low <= high, as plain ints."""
+    low: object
+    high: object
+    try:
+        low, high = l_init  # type: ignore[misc]
+    except (TypeError, ValueError):
+        raise ConfigError(f"l_init must be a pair (low, high), got {l_init!r}") from None
+    if not (isinstance(low, numbers.Integral) and isinstance(high, numbers.Integral)) \
+            or isinstance(low, bool) or isinstance(high, bool):
+        raise ConfigError(f"l_init must hold two integers, got {l_init!r}")
+    if not 1 <= int(low) <= int(high):
+        raise ConfigError(f"l_init must satisfy 1 <= low <= high, got {tuple(l_init)!r}")  # type: ignore[arg-type]
+    return int(low), int(high)
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """A count such as `slate_size`, `budget` or `n_agents`: an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
