@@ -3,7 +3,8 @@
 Two real runtimes: sentence-transformers (MiniLM, BGE, mxbai; by name or path)
 and a plain transformers encoder with mean or pooled output (TwHIN-BERT is a
 plain BERT, not a sentence-transformers model). Embeddings are cached on disk
-by (encoder identity, text) so repeated item catalogues cost nothing.
+by (encoder identity, text) so repeated item catalogues cost nothing, and the
+weights load only when a text is in neither cache.
 
 Spec: a bundled/alias name (minilm, bge, twhin-bert, mxbai), `st:<id|path>`,
 `hf:<id|path>[#mean|#pooler|#cls]`, or a bare path / hub id.
@@ -53,6 +54,8 @@ class EmbeddingCache(SqliteStore):
         return np.asarray(value, dtype=np.float32).tobytes()
 
     def decode(self, stored: bytes) -> np.ndarray:
+        if not isinstance(stored, bytes) or not stored or len(stored) % 4:
+            raise ValueError(f"not a float32 vector ({type(stored).__name__} of length {len(stored)})")
         return np.frombuffer(stored, dtype=np.float32)
 
 
@@ -70,6 +73,7 @@ class Encoder(ABC):
         self.name, self.spec = name, spec
         self.threads, self.batch_size = threads, batch_size
         self._memory: dict[str, np.ndarray] = {}
+        self._model = None
         self._disk = None
         if cache:
             slug = hashlib.sha256(self.cache_identity().encode()).hexdigest()[:16]
@@ -86,6 +90,21 @@ class Encoder(ABC):
 
     def __deepcopy__(self, memo) -> "Encoder":
         return self  # a loaded model is shared, not copied (see LLM.__deepcopy__)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (they load on the first text the caches cannot answer)."""
+        return self._model is not None
+
+    @property
+    def model(self):
+        if self._model is None:
+            self._model = self._load()
+        return self._model
+
+    @abstractmethod
+    def _load(self):
+        """Load and return the weights (called once, on the first cache miss)."""
 
     @abstractmethod
     def _embed(self, texts: list[str]) -> np.ndarray:
@@ -126,18 +145,24 @@ class Encoder(ABC):
 class SentenceTransformerEncoder(Encoder):
     def __init__(self, name: str, spec: EncoderSpec, *, device: str | None = None, **kwargs):
         try:
-            from sentence_transformers import SentenceTransformer
+            import sentence_transformers  # noqa: F401  (a missing runtime is reported now)
         except ImportError as exc:
             raise MissingDependencyError("sentence_transformers", "encoders", "text encoders") from exc
         super().__init__(name, spec, **kwargs)
+        self.device = device
+        # Where the weights are is checked now (cheap); they load on the first cache miss.
+        self.source = resolve_model(spec.model, offline_default="minilm")
+
+    def _load(self):
+        from sentence_transformers import SentenceTransformer
+
         try:
             with torch_threads(self.threads):
-                self.model = SentenceTransformer(resolve_model(spec.model, offline_default="minilm"),
-                                                 device=default_device(device))
+                return SentenceTransformer(self.source, device=default_device(self.device))
         except OSError as exc:
             raise ModelNotFoundError(
-                f"cannot load encoder {spec.model!r}: {exc}. It needs a local copy (path or Hugging Face cache) "
-                "or network access to the hub; the offline default is 'minilm'.") from exc
+                f"cannot load encoder {self.spec.model!r}: {exc}. It needs a local copy (path or Hugging Face "
+                "cache) or network access to the hub; the offline default is 'minilm'.") from exc
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         return self.model.encode(texts, batch_size=len(texts), convert_to_numpy=True, show_progress_bar=False)
@@ -151,20 +176,30 @@ class TransformersEncoder(Encoder):
         if spec.pooling not in ("mean", "pooler", "cls"):
             raise ConfigError(f"pooling must be mean, pooler or cls, got {spec.pooling!r}")
         try:
-            import transformers
+            import transformers  # noqa: F401  (a missing runtime is reported now)
         except ImportError as exc:
             raise MissingDependencyError("transformers", "encoders", "transformers encoders") from exc
         super().__init__(name, spec, **kwargs)
         self.device, self.max_length = default_device(device), max_length
+        self._tokenizer = None
+        self.source = resolve_model(spec.model, offline_default="minilm")  # checked now, loaded on first miss
+
+    @property
+    def tokenizer(self):
+        self.model  # loads both
+        return self._tokenizer
+
+    def _load(self):
+        import transformers
+
         try:
             with torch_threads(self.threads):
-                local = resolve_model(spec.model, offline_default="minilm")
-                self.tokenizer = transformers.AutoTokenizer.from_pretrained(local)
-                self.model = transformers.AutoModel.from_pretrained(local).to(self.device).eval()
+                self._tokenizer = transformers.AutoTokenizer.from_pretrained(self.source)
+                return transformers.AutoModel.from_pretrained(self.source).to(self.device).eval()
         except OSError as exc:
             raise ModelNotFoundError(
-                f"cannot load encoder {spec.model!r}: {exc}. It needs a local copy (path or Hugging Face cache) "
-                "or network access to the hub; the offline default is 'minilm'.") from exc
+                f"cannot load encoder {self.spec.model!r}: {exc}. It needs a local copy (path or Hugging Face "
+                "cache) or network access to the hub; the offline default is 'minilm'.") from exc
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         torch = import_torch()

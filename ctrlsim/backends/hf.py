@@ -1,4 +1,9 @@
-"""transformers runtime for any Hugging Face causal LM (hub id, local folder, or GGUF via `gguf_file`)."""
+"""transformers runtime for any Hugging Face causal LM (hub id, local folder, or GGUF via `gguf_file`).
+
+Weights load on the first call the response cache cannot answer. This runtime
+has no constrained decoding (`supports_json_schema` is False): transformers
+ships none, and the grammar libraries that add it are not dependencies here.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,30 +30,55 @@ class TransformersLLM(LLM):
     def __init__(self, model: str | Path, *, model_id: str | None = None, gguf_file: str | None = None,
                  device: str | None = None, dtype: str = "auto", threads: int | None = 1, batch_size: int = 8,
                  **kwargs):
-        transformers = _import_transformers()
-        torch = import_torch()
+        _import_transformers()  # a missing runtime is reported now; the weights load on the first call
         super().__init__(model_id or str(model), **kwargs)
         self.device = default_device(device)
-        self.threads, self.batch_size = threads, batch_size
+        self.threads, self.batch_size, self.dtype = threads, batch_size, dtype
         extra = {"gguf_file": gguf_file} if gguf_file else {}
         self.source = {"model": str(model), **extra}
-        model = resolve_model(str(model), offline_default="qwen2.5-1.5b (llama.cpp)")
+        # Where the weights are is checked now (cheap); they load on the first cache miss.
+        self._local = resolve_model(str(model), offline_default="qwen2.5-1.5b (llama.cpp)")
+        self._tokenizer = self._model = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (they load on the first uncached call)."""
+        return self._model is not None
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._load()
+        return self._tokenizer
+
+    @property
+    def model(self):
+        if self._model is None:
+            self._load()
+        return self._model
+
+    def _load(self) -> None:
+        transformers = _import_transformers()
+        torch = import_torch()
+        extra = {k: v for k, v in self.source.items() if k != "model"}
+        model = self._local
         try:
             with torch_threads(self.threads):
-                self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **extra)
-                torch_dtype = torch.float32 if self.device == "cpu" else dtype
-                self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **extra)
+                torch_dtype = torch.float32 if self.device == "cpu" else self.dtype
+                weights = transformers.AutoModelForCausalLM.from_pretrained(
                     str(model), dtype=torch_dtype, **extra).to(self.device).eval()
         except OSError as exc:
             raise ModelNotFoundError(
                 f"transformers could not load {model!r}: {exc}. Pass a local folder (or GGUF with gguf_file=), "
                 "or allow network access to the Hugging Face hub.") from exc
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.tokenizer.padding_side = "left"  # generation and last-position logits need left padding
-        if not getattr(self.tokenizer, "chat_template", None):
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"  # generation and last-position logits need left padding
+        if not getattr(tokenizer, "chat_template", None):
             raise ModelError(f"{model} has no chat template; it is not a chat model")
-        self._digit_ids = digit_token_ids(lambda t: self.tokenizer.encode(t, add_special_tokens=False))
+        self._digit_ids = digit_token_ids(lambda t: tokenizer.encode(t, add_special_tokens=False))
+        self._tokenizer, self._model = tokenizer, weights
 
     @property
     def identity(self) -> dict:
@@ -92,6 +122,7 @@ class TransformersLLM(LLM):
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
         torch = import_torch()
+        self.model  # load before reading the digit ids
         texts = [self.render(c, prefix) for c in conversations]
         out: list[DigitScores] = []
         with torch_threads(self.threads), torch.inference_mode():

@@ -1,8 +1,15 @@
 """llama.cpp runtime (llama-cpp-python) for GGUF files: the CPU default.
 
-Ratings reuse the KV cache: prompts are evaluated in sorted token order, and
-each one only evaluates the tokens after its longest common prefix with the
-previous prompt, so a profile shared by many item prompts is evaluated once.
+The weights load on the first call the response cache cannot answer, so a fully
+cached rerun never loads the model.
+
+`rate` and greedy `chat` run a batch as parallel sequences of one llama.cpp
+context (see `llamacpp_parallel`): the prompts' shared prefix is evaluated once
+and every prompt's own tokens, and then every reply's next token, go through one
+`llama_batch`. `n_parallel` caps the sequences decoded together (a larger batch
+is split). Sampled generation (temperature > 0) and `n_parallel=1` take the
+sequential path: one prompt at a time in the model's own context, each from a
+fresh KV cache, so a seeded reply does not depend on what else was in the batch.
 """
 from __future__ import annotations
 
@@ -36,30 +43,24 @@ class LlamaCppLLM(LLM):
     supports_json_schema = True  # llama.cpp compiles a JSON Schema into a GBNF grammar
 
     def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
-                 n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, **kwargs):
-        llama_cpp, formatter_cls = _import_llama_cpp()
+                 n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
+                 parallel_ctx: int | None = None, **kwargs):
+        _import_llama_cpp()  # a missing runtime is reported now, not at the first call
         model_path = Path(model_path)
         if not model_path.is_file():
             raise ModelError(f"GGUF file not found: {model_path}")
+        if n_parallel < 1:
+            raise ConfigError(f"n_parallel must be >= 1, got {n_parallel}")
         super().__init__(model_id or model_path.stem, **kwargs)
         self.model_path = model_path
         self.sha256 = sha256
-        self.n_threads = n_threads
-        try:
-            self._llm = llama_cpp.Llama(str(model_path), n_ctx=n_ctx, n_threads=n_threads,
-                                        n_threads_batch=n_threads, n_batch=n_batch, verbose=False)
-        except (ValueError, RuntimeError) as exc:
-            raise ModelError(f"llama.cpp could not load {model_path}: {exc}") from exc
-        template = self._llm.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise ModelError(f"{model_path} has no chat template in its GGUF metadata; it is not a chat model")
-        # Detokenize specials with special=True, else the EOS string is empty and generation stops at once.
-        eos = self._llm.detokenize([self._llm.token_eos()], special=True).decode("utf-8", "ignore")
-        bos_id = self._llm.token_bos()
-        bos = self._llm.detokenize([bos_id], special=True).decode("utf-8", "ignore") if bos_id >= 0 else ""
-        self._formatter = formatter_cls(template=template, eos_token=eos, bos_token=bos)
-        self._digit_ids = digit_token_ids(lambda t: self._llm.tokenize(t.encode(), add_bos=False, special=False))
-        self.evaluated_tokens = 0  # tokens actually run through the model by `rate` (shows prefix reuse)
+        self.n_threads, self.n_ctx, self.n_batch = n_threads, n_ctx, n_batch
+        self.n_parallel = n_parallel
+        # Cells for all parallel sequences together; never less than one full sequential context.
+        self.parallel_ctx = max(parallel_ctx or 2 * n_ctx, n_ctx)
+        self._model = None  # the llama_cpp.Llama, loaded by `_load`
+        self._parallel = None  # the ParallelContext, created on first parallel use
+        self._sequential_evaluated = 0
         self._grammars: dict[str, object] = {}  # schema JSON text -> LlamaGrammar (compiled once)
 
     @property
@@ -72,15 +73,65 @@ class LlamaCppLLM(LLM):
         stat = self.model_path.stat()
         return f"{self.runtime}:{self.model_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
 
+    # ----------------------------------------------------------------- loading
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (they load on the first uncached call)."""
+        return self._model is not None
+
+    @property
+    def _llm(self):
+        if self._model is None:
+            self._load()
+        return self._model
+
+    def _load(self) -> None:
+        llama_cpp, formatter_cls = _import_llama_cpp()
+        try:
+            llm = llama_cpp.Llama(str(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                                  n_threads_batch=self.n_threads, n_batch=self.n_batch, verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            raise ModelError(f"llama.cpp could not load {self.model_path}: {exc}") from exc
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            llm.close()
+            raise ModelError(f"{self.model_path} has no chat template in its GGUF metadata; it is not a chat model")
+        # Detokenize specials with special=True, else the EOS string is empty and generation stops at once.
+        eos = llm.detokenize([llm.token_eos()], special=True).decode("utf-8", "ignore")
+        bos_id = llm.token_bos()
+        bos = llm.detokenize([bos_id], special=True).decode("utf-8", "ignore") if bos_id >= 0 else ""
+        self._formatter = formatter_cls(template=template, eos_token=eos, bos_token=bos)
+        self._digit_ids = digit_token_ids(lambda t: llm.tokenize(t.encode(), add_bos=False, special=False))
+        self._model = llm
+
+    def _parallel_context(self):
+        """The parallel-sequence context for `n_parallel` workers (rebuilt if that setting changed)."""
+        from ctrlsim.backends.llamacpp_parallel import ParallelContext
+
+        llm = self._llm
+        if self._parallel is None or self._parallel.workers != self.n_parallel:
+            if self._parallel is not None:
+                self._sequential_evaluated += self._parallel.evaluated_tokens
+                self._parallel.close()
+            self._parallel = ParallelContext(llm, n_seq=self.n_parallel + 1, n_ctx=self.parallel_ctx,
+                                             n_batch=max(self.n_batch, 512), n_threads=self.n_threads)
+        return self._parallel
+
+    @property
+    def evaluated_tokens(self) -> int:
+        """Tokens actually run through the model by `rate` (shows how much prefix reuse saved)."""
+        return self._sequential_evaluated + (self._parallel.evaluated_tokens if self._parallel else 0)
+
     # --------------------------------------------------------------- prompts
     def render(self, conversation: Conversation, assistant_prefix: str = "") -> str:
         """The model's chat template applied, ready for the assistant's turn (plus a prefix)."""
+        self._llm  # the template comes from the GGUF metadata
         return self._formatter(messages=conversation).prompt + assistant_prefix
 
     def tokenize(self, text: str) -> list[int]:
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
-        if len(tokens) >= self._llm.n_ctx():
-            raise ConfigError(f"prompt of {len(tokens)} tokens does not fit the context of {self._llm.n_ctx()}; "
+        if len(tokens) >= self.n_ctx:
+            raise ConfigError(f"prompt of {len(tokens)} tokens does not fit the context of {self.n_ctx}; "
                               "raise n_ctx or shorten the prompt")
         return tokens
 
@@ -96,8 +147,13 @@ class LlamaCppLLM(LLM):
                                   f"{schema_text[:200]}") from exc
         return self._grammars[schema_text]
 
-    # -------------------------------------------------------------- runtime
+    # -------------------------------------------------------------- generation
     def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
+        if params.temperature == 0.0 and self.n_parallel > 1:
+            return self._generate_parallel(conversations, params)
+        return self._generate_sequential(conversations, params)
+
+    def _generate_sequential(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
         grammar = self.grammar_for(params.json_schema) if params.json_schema is not None else None
         out = []
         for conv in conversations:
@@ -117,8 +173,51 @@ class LlamaCppLLM(LLM):
                                   choice.get("finish_reason") or "stop"))
         return out
 
-    def _last_logits(self, tokens: list[int]) -> np.ndarray:
-        """Logits after `tokens`, evaluating only what differs from the cached prefix."""
+    def _generate_parallel(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
+        """Greedy replies decoded side by side; same stopping rules as `create_completion`."""
+        from llama_cpp._internals import LlamaSampler
+
+        if not conversations:
+            return []
+        token_lists = [self.tokenize(self.render(conv)) for conv in conversations]
+        # create_completion's clip: the reply may use what the sequential context has left.
+        limits = [min(params.max_tokens, self.n_ctx - len(t)) for t in token_lists]
+        grammar = self.grammar_for(params.json_schema) if params.json_schema is not None else None
+        llm = self._llm
+
+        def make_sampler():
+            sampler = LlamaSampler()
+            if grammar is not None:
+                sampler.add_grammar(llm._model, grammar)
+            sampler.add_greedy()
+            return sampler
+
+        try:
+            replies = self._parallel_context().generate(token_lists, limits, stop=params.stop,
+                                                        make_sampler=make_sampler)
+        except RuntimeError as exc:
+            raise ModelError(f"llama.cpp parallel generation failed: {exc}") from exc
+        return [Completion(r.text.decode("utf-8", errors="ignore"), len(t), len(r.tokens), r.finish_reason)
+                for r, t in zip(replies, token_lists)]
+
+    # ------------------------------------------------------------------ rating
+    def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
+        if not conversations:
+            return []
+        token_lists = [self.tokenize(self.render(conv, prefix)) for conv in conversations]
+        if self.n_parallel > 1:
+            rows = self._parallel_context().last_logits(token_lists)
+        else:
+            # Sorted order puts prompts that share a prefix next to each other.
+            order = sorted(range(len(token_lists)), key=lambda i: token_lists[i])
+            rows = [None] * len(token_lists)
+            for i in order:
+                rows[i] = self._last_logits_sequential(token_lists[i])
+        return [DigitScores(digit_logprobs_from_logits(row, self._digit_ids), len(tokens))
+                for row, tokens in zip(rows, token_lists)]
+
+    def _last_logits_sequential(self, tokens: list[int]) -> np.ndarray:
+        """Logits after `tokens` in the sequential context, evaluating only what differs from its cache."""
         llm = self._llm
         cached = np.asarray(llm.input_ids[: llm.n_tokens])
         wanted = np.asarray(tokens)
@@ -128,20 +227,21 @@ class LlamaCppLLM(LLM):
         common = min(common, len(tokens) - 1)  # always evaluate at least one token to get fresh logits
         llm.n_tokens = common
         llm.eval(tokens[common:])
-        self.evaluated_tokens += len(tokens) - common
+        self._sequential_evaluated += len(tokens) - common
         ptr = llm._ctx.get_logits_ith(-1)
         return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).copy()
 
-    def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
-        token_lists = [self.tokenize(self.render(conv, prefix)) for conv in conversations]
-        # Sorted order puts prompts that share a prefix next to each other.
-        order = sorted(range(len(token_lists)), key=lambda i: token_lists[i])
-        out: list[DigitScores | None] = [None] * len(token_lists)
-        for i in order:
-            logits = self._last_logits(token_lists[i])
-            out[i] = DigitScores(digit_logprobs_from_logits(logits, self._digit_ids), len(token_lists[i]))
-        return out  # type: ignore[return-value]
+    def reset_kv(self) -> None:
+        """Forget every evaluated prompt (benchmarks use it to time a cold prefix)."""
+        if self._model is not None:
+            self._model.reset()
+        if self._parallel is not None:
+            self._parallel.reset()
 
     def close(self) -> None:
-        self._llm.close()
-
+        if self._parallel is not None:
+            self._parallel.close()
+            self._parallel = None
+        if self._model is not None:
+            self._model.close()
+            self._model = None

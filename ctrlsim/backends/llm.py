@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -19,7 +20,7 @@ import numpy as np
 
 from ctrlsim.backends.cache import ResponseCache, cache_key
 from ctrlsim.backends.meter import TokenMeter
-from ctrlsim.errors import ConfigError, ModelError
+from ctrlsim.errors import CacheCorruptionWarning, ConfigError, ModelError
 
 Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
 Conversation = list[Message]
@@ -37,6 +38,8 @@ class Completion:
     completion_tokens: int
     finish_reason: str = "stop"
     cached: bool = False
+
+    FIELDS = ("text", "prompt_tokens", "completion_tokens", "finish_reason")  # what the cache stores
 
     def to_dict(self) -> dict:
         return {"text": self.text, "prompt_tokens": self.prompt_tokens,
@@ -206,7 +209,7 @@ class LLM(ABC):
         cache_keys = self._cache_keys("chat", conversations, params.cache_params()) \
             if params.reproducible() else None
         if cache_keys is not None:
-            for i, value in self._cached(cache_keys).items():
+            for i, value in self._cached(cache_keys, Completion.FIELDS).items():
                 results[i] = Completion(**value, cached=True)
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
@@ -231,7 +234,7 @@ class LLM(ABC):
         scores: list[DigitScores | None] = [None] * len(conversations)
         cached_flags = [False] * len(conversations)
         cache_keys = self._cache_keys("rate", conversations, {"prefix": prefix})
-        for i, value in self._cached(cache_keys).items():
+        for i, value in self._cached(cache_keys, ("logprobs", "prompt_tokens")).items():
             scores[i] = DigitScores(np.array(value["logprobs"], dtype=np.float64), value["prompt_tokens"])
             cached_flags[i] = True
         todo = [i for i, s in enumerate(scores) if s is None]
@@ -273,11 +276,19 @@ class LLM(ABC):
     def _cache_keys(self, kind: str, conversations: list[Conversation], params: dict) -> list[str]:
         return [cache_key(self.cache_identity(), kind, conv, params) for conv in conversations]
 
-    def _cached(self, cache_keys: list[str]) -> dict[int, dict]:
+    def _cached(self, cache_keys: list[str], fields: tuple[str, ...]) -> dict[int, dict]:
+        """Cached values by position; a value without exactly `fields` counts as a miss (and is recomputed)."""
         if self.cache is None:
             return {}
         found = self.cache.get_many(cache_keys)
-        return {i: found[k] for i, k in enumerate(cache_keys) if k in found}
+        good = {i: found[k] for i, k in enumerate(cache_keys)
+                if k in found and isinstance(found[k], dict) and set(found[k]) == set(fields)}
+        malformed = sum(1 for k in cache_keys if k in found) - len(good)
+        if malformed:
+            warnings.warn(CacheCorruptionWarning(
+                f"cache file {getattr(self.cache, 'path', self.cache)}: {malformed} stored value(s) lack the "
+                f"fields {list(fields)}; they will be recomputed and overwritten"), stacklevel=3)
+        return good
 
     def cache_identity(self) -> str:
         """Identity string for cache keys: runtime plus model (subclasses add file hashes)."""

@@ -44,7 +44,12 @@ def parse_spec(spec: str) -> tuple[str | None, str]:
 def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
              cache: ResponseCache | str | Path | None = None, threads: int | None = None, **options) -> LLM:
     """Load an LLM from a spec string (see module docstring). `cache` may be a path."""
-    runtime, target = parse_spec(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"LLM spec must be a non-empty string (a bundled name {sorted(BUNDLED_LLMS)}, "
+                          f"a .gguf file, a folder, a hub id or a URL), got {spec!r}")
+    runtime, target = parse_spec(spec.strip())
+    if not target.strip():
+        raise ConfigError(f"LLM spec {spec!r} names the runtime {runtime!r} but no model")
     if isinstance(cache, (str, Path)):
         cache = ResponseCache(cache)
     common = {"meter": meter, "cache": cache}

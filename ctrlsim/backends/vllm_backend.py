@@ -1,5 +1,6 @@
 """vLLM offline engine (GPU) with automatic prefix caching.
 
+The engine starts on the first call the response cache cannot answer.
 Prefix caching makes a profile shared by many rating prompts cost one prefill.
 Digit log-probs come from the top-`logprobs` list of the first sampled
 position; a digit outside that list counts as probability 0.
@@ -56,19 +57,32 @@ class VLLMLLM(LLM):
         reason = gpu_unavailable_reason()
         if reason:
             raise MissingDependencyError("vllm", "vllm", reason)
-        from vllm import LLM as Engine
-
         super().__init__(model_id or model, **kwargs)
-        try:
-            self.engine = Engine(model=model, enable_prefix_caching=True, seed=seed,
-                                 gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise ModelError(f"vLLM could not load {model!r}: {exc}") from exc
-        self.tokenizer = self.engine.get_tokenizer()
         self.top_logprobs = top_logprobs
-        self._digit_ids = digit_token_ids(lambda t: self.tokenizer.encode(t, add_special_tokens=False))
+        self._engine_options = {"model": model, "enable_prefix_caching": True, "seed": seed,
+                                "gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len}
+        self._engine = None  # started on the first call the response cache cannot answer
+
+    @property
+    def loaded(self) -> bool:
+        return self._engine is not None
+
+    @property
+    def engine(self):
+        if self._engine is None:
+            from vllm import LLM as Engine
+
+            try:
+                engine = Engine(**self._engine_options)
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise ModelError(f"vLLM could not load {self._engine_options['model']!r}: {exc}") from exc
+            self.tokenizer = engine.get_tokenizer()
+            self._digit_ids = digit_token_ids(lambda t: self.tokenizer.encode(t, add_special_tokens=False))
+            self._engine = engine
+        return self._engine
 
     def render(self, conversation: Conversation, assistant_prefix: str = "") -> str:
+        self.engine  # the chat template comes with the engine's tokenizer
         return self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True) \
             + assistant_prefix
 
