@@ -265,7 +265,7 @@ def figures(result: Mapping) -> dict:
         axes[0].axhline(s["table4"]["paraphrase_drift"], color="#cc6677", linestyle="--",
                         label="Paraphrase Drift")
         axes[0].legend(loc="lower right")
-        fig.suptitle(f"{s['dataset']} / {s['model']}: prompt effect per scenario (±1 s.e.)")
+        fig.suptitle(f"{s['dataset']} / {s['model']}: prompt effect per scenario (±1 s.e.)", y=1.04)
         out[f"scenarios_{s['model'].replace('/', '_')}"] = fig
     if result["settings"]:
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
@@ -279,7 +279,7 @@ def figures(result: Mapping) -> dict:
             ax.axhline(0, color="black", linewidth=0.6)
             ax.set_title(title)
         axes[1].legend()
-        fig.suptitle("Reranking variants B0-B3 (means over scenarios)")
+        fig.suptitle("Reranking variants B0-B3 (means over scenarios)", y=1.04)
         out["variants"] = fig
     return out
 

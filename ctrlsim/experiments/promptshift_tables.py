@@ -27,6 +27,7 @@ import numpy as np
 
 from ctrlsim.agents.rerankers import PAPER_PARAMS, PARAM_GRID
 from ctrlsim.backends import LLM, load_llm
+from ctrlsim.backends.specs import parse_spec
 from ctrlsim.data import identity_slices, load_dataset
 from ctrlsim.data.promptshift import PromptShiftData, is_music
 from ctrlsim.data.splits import AGE_GROUPS, SCENARIOS
@@ -104,6 +105,10 @@ class PromptShiftConfig:
         if not self.llms or any(not isinstance(s, str) or not s.strip() for s in self.llms):
             raise ConfigError(f"llms needs at least one non-empty model spec, got {self.llms!r}")
         check_choices("llms", self.llms, self.llms)  # no spec twice
+        for spec in self.llms:
+            runtime, target = parse_spec(spec.strip())
+            if not target.strip():
+                raise ConfigError(f"llms: spec {spec!r} names the runtime {runtime!r} but no model")
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise ConfigError(f"dataset must be a name or path, got {self.dataset!r}")
         check_choices("scenarios", self.scenarios, SCENARIOS)

@@ -132,10 +132,10 @@ def test_data_follows_the_protocol(ml100k):
 
 @pytest.mark.llm
 def test_real_llm_episode(smol, ml100k):
-    # Small pool (N = 6, K = 4), short replies and one user keep the smallest LLM fast.
-    data = PromptShiftData.build(ml100k)
+    # Small pool (N = 6, K = 4), a 5-item history, short replies and one user keep the smallest LLM fast.
+    data = PromptShiftData.build(ml100k, history_len=5)
     user = data.eligible[0]
-    env = PromptShiftEnv(smol, data=data, n_candidates=6, k=4, users=[user], max_tokens=80)
+    env = PromptShiftEnv(smol, data=data, n_candidates=6, k=4, users=[user], max_tokens=56)
     meter = env.llm.meter
     obs, info = env.reset(seed=3, options={"user_id": user, "scenario": "gender"})
     ep = env.episode
