@@ -114,3 +114,63 @@ def mean_popularity(item_popularity: np.ndarray, shown_indices: Iterable[int]) -
     """(1/KN) Σ_j Σ_t pop(i_t^{(j)}) over every recommended item index (eq. 3)."""
     idx = np.fromiter(shown_indices, dtype=np.int64)
     return float(item_popularity[idx].mean()) if idx.size else float("nan")
+
+
+# ----------------------------------------------------------------------------- Task 2 (Figure 7, Table 2)
+
+# Table 2's checkpoints: intervals t0-t3, t3-t6, ..., t15-t18, t18-t20.
+SMOOTHNESS_EDGES = (0, 3, 6, 9, 12, 15, 18, 20)
+
+
+def interval_smoothness(vectors: Sequence[np.ndarray],
+                        edges: Sequence[int] = SMOOTHNESS_EDGES) -> list[float]:
+    """cos(V_a, V_b) for each interval (a, b) of consecutive `edges` (Table 2's layout).
+
+    `vectors[t]` is the behaviour vector after round t (index 0 = the seed history); intervals
+    that end past the trajectory are left out, so a 10-round episode gives t0-t3 ... t6-t9.
+    """
+    return [cosine(vectors[a], vectors[b]) for a, b in zip(edges[:-1], edges[1:]) if b < len(vectors)]
+
+
+def similarity_curve(vectors: Sequence[np.ndarray], reference: np.ndarray) -> list[float]:
+    """cos(V_t, reference) for every round t: the target similarity (Acc., Table 8) or, with the
+    centred centroid of the seed interests as reference, the old-interest similarity of Figure 7."""
+    return [cosine(v, reference) for v in vectors]
+
+
+# ----------------------------------------------------------------------------- Task 3 (Figures 8, 9)
+
+def new_discoveries_per_round(likes_per_round_per_probe: Sequence[Sequence[Sequence[str]]], target: set[str],
+                              rounds: int | None = None) -> list[int]:
+    """Target items the population discovered for the first time in each round (Figure 8).
+
+    `likes_per_round_per_probe[j][t]` are probe j's new likes in round t+1. An item liked by two
+    probes in the same round counts once; the counts sum to the number of distinct targets found.
+    """
+    n = rounds if rounds is not None else max((len(p) for p in likes_per_round_per_probe), default=0)
+    seen: set[str] = set()
+    out = []
+    for t in range(n):
+        fresh = {i for probe in likes_per_round_per_probe if t < len(probe) for i in probe[t]
+                 if i in target and i not in seen}
+        seen |= fresh
+        out.append(len(fresh))
+    return out
+
+
+def interaction_popularity(item_popularity: np.ndarray, interacted_indices: Iterable[int]) -> float:
+    """Eq. 3 over the items the probes interacted with (liked): (1/|I|) Σ_{i∈I} pop(i).
+
+    With one interaction per probe and round this is eq. 3's (1/KN) Σ_j Σ_t pop(i_t^(j)); probes
+    that like several items in a round (or none) are averaged over what they actually liked.
+    """
+    return mean_popularity(item_popularity, interacted_indices)
+
+
+def popularity_per_round(item_popularity: np.ndarray,
+                         indices_per_round_per_probe: Sequence[Sequence[Sequence[int]]],
+                         rounds: int | None = None) -> list[float]:
+    """Mean popularity of the items interacted with in each round over all probes (NaN: none)."""
+    n = rounds if rounds is not None else max((len(p) for p in indices_per_round_per_probe), default=0)
+    return [mean_popularity(item_popularity, [i for probe in indices_per_round_per_probe if t < len(probe)
+                                              for i in probe[t]]) for t in range(n)]

@@ -1,0 +1,80 @@
+"""The evolution loop's artefact folder: atomic JSON/NumPy files plus a ledger of finished phases.
+
+A phase writes its artefacts first and its ledger entry last, so a killed run finds either a
+finished phase (entry present: load its artefacts) or an unfinished one (entry absent: run it
+again; its LLM calls come back from the response cache). The ledger (`phases.json`) also holds
+each phase's wall time and token use.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctrlsim.errors import DataFileError
+
+LEDGER = "phases.json"
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+class ArtefactFolder:
+    """Phase artefacts under one folder (the run folder of `ctrlsim evolve`, or a method's work dir)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._ledger: dict[str, dict] = self.read_json(LEDGER, {"phases": {}})["phases"]
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        return _atomic_write_bytes(
+            self.path / name, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode()
+        )
+
+    def read_json(self, name: str, default: Any = None) -> Any:
+        path = self.path / name
+        if not path.exists():
+            if default is None:
+                raise DataFileError(path, "is missing (the phase that writes it has not finished)")
+            return default
+        try:
+            return json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DataFileError(path, f"is not valid JSON ({exc})") from None
+
+    def write_array(self, name: str, array: np.ndarray) -> Path:
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(array), allow_pickle=False)
+        return _atomic_write_bytes(self.path / name, buffer.getvalue())
+
+    def read_array(self, name: str) -> np.ndarray:
+        return np.load(self.path / name, allow_pickle=False)
+
+    # ------------------------------------------------------------------ ledger
+    def done(self, phase: str) -> bool:
+        return phase in self._ledger
+
+    def entry(self, phase: str) -> dict:
+        return dict(self._ledger[phase])
+
+    def finish(self, phase: str, entry: dict) -> None:
+        """Record `phase` as finished (call after its artefacts are written)."""
+        self._ledger[phase] = dict(entry)
+        self.write_json(LEDGER, {"phases": self._ledger})
+
+    def ledger(self) -> dict[str, dict]:
+        return {k: dict(v) for k, v in self._ledger.items()}

@@ -1,0 +1,463 @@
+"""`ctrlsim evolve`: CtrlBench-Rec's evolutionary training loop, then t evaluation rounds.
+
+    K_init LLM persona probes -> [interact E_i rounds, embed, cluster, debate, merge] x E_m
+    -> align -> evaluate the super probes for t rounds (Task 1 metrics per round)
+
+Paper schedule (Appendix C): --agents 100 --merges 2 --rounds-per-merge 2 --eval-rounds 20
+(100 -> 50 -> 25 probes). The run folder holds config.json, records.jsonl (one record per
+finished phase and the evaluation), the loop's artefacts (roster_g*.json, clusters_g*.json,
+transcript_g*.json, merge_g*.json, phases.json with wall time and tokens per phase),
+final_roster.json, tables.md and figures/*.png. Rerunning the same command resumes at the
+first unfinished phase; LLM replies are cached in the folder (llm-cache.sqlite), so nothing
+is paid twice. Evaluate the result on any black box with
+`ctrlsim ctrlbench --roster <out>/final_roster.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.config import (
+    RunOptions,
+    add_config_arguments,
+    check_choice,
+    check_range,
+    config_from_args,
+    config_to_dict,
+)
+
+DEFAULT_OUT = "results/evolve"
+K_RULES = ("halve", "silhouette")
+FUSIONS = ("debate-merge", "select-best")
+PROMPT_VARIANTS = ("default", "logic")
+
+
+@dataclass(frozen=True)
+class EvolveConfig:
+    """One evolution run (everything that determines its results)."""
+
+    agents: int = field(default=100, metadata={"help": "K_init, probes in the first generation (paper: 100)"})
+    merges: int = field(default=2, metadata={"help": "E_m, cluster-debate-merge fusions (paper: 2)"})
+    rounds_per_merge: int = field(default=2, metadata={"help": "E_i, interaction rounds before each fusion"})
+    eval_rounds: int = field(
+        default=20, metadata={"help": "t, evaluation rounds of the super probes (0: none)"}
+    )
+    llm: str = field(
+        default="qwen2.5-0.5b", metadata={"help": "LLM of probes, debate and merge (load_llm spec)"}
+    )
+    encoder: str = field(
+        default="minilm", metadata={"help": "encoder of the embed phase (load_encoder spec)"}
+    )
+    recommender: str = field(
+        default="embedding", metadata={"help": "the black box (ctrlsim.recommenders name)"}
+    )
+    target: tuple[str, ...] = field(
+        default=("Film-Noir",), metadata={"help": "target tag(s), comma-separated"}
+    )
+    dataset: str = field(default="ml-100k", metadata={"help": "dataset name or path"})
+    seed: int = field(default=0, metadata={"help": "seed (users sampled, K-means, sampling, envs)"})
+    k_rule: str = field(
+        default="halve",
+        metadata={
+            "help": "k per generation: ceil(N/2), or best silhouette in [N/2, 3N/4]",
+            "choices": list(K_RULES),
+        },
+    )
+    alpha: float = field(
+        default=0.2, metadata={"help": "bio weight in V = a*enc(bio) + (1-a)*mean(enc(likes))"}
+    )
+    fusion: str = field(
+        default="debate-merge",
+        metadata={
+            "help": "debate-merge (CtrlBench-Rec) or select-best (KMeans-Fusion)",
+            "choices": list(FUSIONS),
+        },
+    )
+    slate_size: int | None = field(
+        default=None, metadata={"help": "items per slate (default: 20 for narm, else 3, as in the paper)"}
+    )
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature (seeded; paper: 1.0)"})
+    memory_rounds: int = field(default=3, metadata={"help": "M, rounds of short-term memory in decisions"})
+    target_visible: bool = field(default=True, metadata={"help": "show the target tags to the probes"})
+    prompt_variant: str = field(
+        default="default",
+        metadata={
+            "help": "decision prompt in evaluation: default, or logic (long-tail, Appendix D.8)",
+            "choices": list(PROMPT_VARIANTS),
+        },
+    )
+    l_init: tuple[int, ...] = field(default=(4, 6), metadata={"help": "seed history length range L_init"})
+
+    def __post_init__(self):
+        for name in ("agents", "merges", "rounds_per_merge"):
+            check_range(name, getattr(self, name), low=1)
+        check_range("eval_rounds", self.eval_rounds, low=0)
+        check_range("alpha", self.alpha, low=0.0, high=1.0)
+        check_range("temperature", self.temperature, low=0.0, high=2.0)
+        check_range("memory_rounds", self.memory_rounds, low=0)
+        check_range("seed", self.seed, low=0)
+        check_choice("k_rule", self.k_rule, K_RULES)
+        check_choice("fusion", self.fusion, FUSIONS)
+        check_choice("prompt_variant", self.prompt_variant, PROMPT_VARIANTS)
+        if self.slate_size is not None:
+            check_range("slate_size", self.slate_size, low=1)
+        if not self.target or any(not t.strip() for t in self.target):
+            raise ConfigError(f"target needs at least one non-empty tag, got {self.target!r}")
+        if len(self.l_init) != 2 or not 1 <= self.l_init[0] <= self.l_init[1]:
+            raise ConfigError(f"l_init must be low,high with 1 <= low <= high, got {self.l_init}")
+
+    @property
+    def slate(self) -> int:
+        return self.slate_size or (20 if self.recommender == "narm" else 3)
+
+    def schedule(self) -> list[int]:
+        """Expected population per generation with the halving rule: K, ceil(K/2), ..."""
+        sizes = [self.agents]
+        for _ in range(self.merges):
+            sizes.append(-(-sizes[-1] // 2))
+        return sizes
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _check_inputs(config: EvolveConfig, dataset) -> set[str]:
+    from ctrlsim.envs.roster import user_order
+
+    unknown = [t for t in config.target if t not in dataset.tags]
+    if unknown:
+        raise ConfigError(
+            f"unknown target tag(s) {unknown} in dataset {dataset.name!r}; known: {', '.join(dataset.tags)}"
+        )
+    users = len(user_order(dataset))
+    if config.agents > users:
+        raise ConfigError(f"agents={config.agents} exceeds the {users} users of {dataset.name!r}")
+    return {i for t in config.target for i in dataset.items_with_tag(t)}
+
+
+def run_evolve(
+    config: EvolveConfig,
+    options: RunOptions | None = None,
+    *,
+    show_progress: bool = True,
+    llm=None,
+    stop_after: str | None = None,
+) -> dict:
+    """Run (or resume) the loop and the evaluation; returns {"final", "phases", "evaluation", "out", ...}.
+
+    `llm` overrides loading `config.llm` (it should carry a response cache for free resumes);
+    `stop_after` ends the run once that phase is finished (tests use it to cut a run short).
+    """
+    from ctrlsim.agents import DecisionSettings, MethodContext, ProfileSettings
+    from ctrlsim.agents.evolution import EvolutionLoop, EvolutionSettings
+    from ctrlsim.backends import load_llm
+    from ctrlsim.data import load_dataset
+    from ctrlsim.envs import make_task
+    from ctrlsim.experiments.runfolder import RunFolder
+    from ctrlsim.recommenders import make_recommender
+
+    options = options or RunOptions()
+    out = Path(options.out or DEFAULT_OUT)
+    dataset = load_dataset(config.dataset)
+    target_items = _check_inputs(config, dataset)  # bad inputs fail before any model loads
+    started = time.perf_counter()
+    with RunFolder(out, config_to_dict(config), overwrite=options.overwrite) as folder:
+        if llm is None:
+            llm = load_llm(config.llm, cache=folder.file("llm-cache.sqlite"))
+        recommender = make_recommender(config.recommender, dataset, mask_shown=True)
+        task = make_task("target-discovery", dataset, target=list(config.target))
+        decisions = DecisionSettings(
+            memory_rounds=config.memory_rounds,
+            target_visible=config.target_visible,
+            temperature=config.temperature,
+        )
+        context = MethodContext(
+            dataset=dataset,
+            recommender=recommender,
+            target_tags=tuple(config.target),
+            target_items=frozenset(target_items),
+            seed=config.seed,
+            k_large=config.agents,
+            k_small=config.agents,
+            rounds=config.eval_rounds,
+            slate_size=config.slate,
+            decision_settings=decisions,
+            profile_settings=ProfileSettings(l_init=tuple(config.l_init)),
+            llm_factory=lambda: llm,
+            profile_store=folder.file("profiles.sqlite"),
+            show_progress=show_progress,
+        )
+        settings = EvolutionSettings(
+            merges=config.merges,
+            rounds_per_merge=config.rounds_per_merge,
+            k_rule=config.k_rule,
+            alpha=config.alpha,
+            fusion=config.fusion,
+            temperature=config.temperature,
+        )
+        loop = EvolutionLoop(
+            folder.path,
+            dataset=dataset,
+            recommender=recommender,
+            task=task,
+            llm=llm,
+            encoder=config.encoder,
+            settings=settings,
+            decision_settings=decisions,
+            seed=config.seed,
+            slate_size=config.slate,
+            show_progress=show_progress,
+        )
+        result = loop.run(lambda: context.base_personas(config.agents), stop_after=stop_after)
+        _record_phases(folder, result.phases)
+        if result.stopped_after is not None:
+            return {"stopped_after": result.stopped_after, "out": str(out), "phases": result.phases}
+        evaluation = None
+        if config.eval_rounds > 0:
+            if "evaluate" not in folder.store:
+                folder.store.add(
+                    "evaluate",
+                    evaluate_roster(
+                        config,
+                        result.final,
+                        recommender,
+                        llm,
+                        decisions,
+                        target_items,
+                        show_progress=show_progress,
+                    ),
+                )
+            evaluation = folder.store.get("evaluate")
+        tables = render_tables(config, result.generations, result.phases, evaluation)
+        folder.write_tables(tables)
+        save_figures(folder, result.generations, evaluation)
+    return {
+        "final": result.final,
+        "generations": result.generations,
+        "phases": result.phases,
+        "evaluation": evaluation,
+        "tables": tables,
+        "out": str(out),
+        "seconds": round(time.perf_counter() - started, 1),
+        "llm": llm.identity,
+    }
+
+
+def _record_phases(folder, phases: dict) -> None:
+    for name, entry in phases.items():
+        key = f"phase/{name}"
+        if key not in folder.store:
+            folder.store.add(key, {"phase": name, **entry})
+
+
+def evaluate_roster(
+    config: EvolveConfig,
+    personas,
+    recommender,
+    llm,
+    decisions,
+    target_items: set[str],
+    *,
+    show_progress: bool = True,
+) -> dict:
+    """The super probes' t evaluation rounds: Task 1 curves, discoveries per round, popularity (eq. 3)."""
+    from ctrlsim.agents import Population, play_population
+    from ctrlsim.backends import TokenMeter
+    from ctrlsim.envs import PopulationEnv
+    from ctrlsim.experiments.ctrlbench_report import round_curves
+    from ctrlsim.metrics import controllability as M
+    from ctrlsim.seeding import derive_seed
+
+    meter = TokenMeter()
+    env = PopulationEnv(
+        recommender,
+        n_agents=len(personas),
+        task="target-discovery",
+        target=list(config.target),
+        slate_size=config.slate,
+        budget=config.eval_rounds,
+        token_meter=meter,
+    )
+    population = Population(tuple(personas), "llm", prompt_variant=config.prompt_variant)
+    started = time.perf_counter()
+    trace = play_population(
+        env,
+        population,
+        seed=derive_seed(config.seed, "evaluate"),
+        target=config.target,
+        llm=llm,
+        settings=decisions,
+        meter=meter,
+    )
+    dataset = recommender.dataset
+    popularity = dataset.items["popularity"].to_numpy(dtype=float)
+    per_round = [[list(dataset.indices(r)) for r in p.likes_per_round] for p in trace.probes]
+    return {
+        "rounds": config.eval_rounds,
+        "probes": len(personas),
+        "prompt_variant": config.prompt_variant,
+        "curves": round_curves(trace, target_items, config.eval_rounds),
+        "new_discoveries": M.new_discoveries_per_round(
+            [p.likes_per_round for p in trace.probes], target_items, config.eval_rounds
+        ),
+        "interaction_popularity": M.interaction_popularity(
+            popularity, [i for p in per_round for r in p for i in r]
+        ),
+        "popularity_per_round": M.popularity_per_round(popularity, per_round, config.eval_rounds),
+        "catalogue_popularity": float(popularity.mean()),
+        "trace": trace.to_dict(),
+        "seconds": round(time.perf_counter() - started, 2),
+        "tokens": meter.total.to_dict(),
+    }
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def render_tables(
+    config: EvolveConfig, generations: list[dict], phases: dict, evaluation: dict | None
+) -> str:
+    from tabulate import tabulate
+
+    parts = [
+        f"Evolution: {config.agents} probes, {config.merges} fusion(s) every {config.rounds_per_merge} "
+        f"round(s), k rule {config.k_rule}, fusion {config.fusion}, target {', '.join(config.target)}, "
+        f"LLM {config.llm}, black box {config.recommender}.\n"
+    ]
+    rows = [
+        [
+            g["generation"],
+            g["probes"],
+            g["k"],
+            _fmt(g["silhouette"]),
+            max(g["sizes"]),
+            sum(s == 1 for s in g["sizes"]),
+            g["next_probes"],
+            g["invalid_merges"],
+        ]
+        for g in generations
+    ]
+    parts.append(
+        "Generations\n"
+        + tabulate(
+            rows,
+            headers=[
+                "gen",
+                "probes",
+                "k",
+                "silhouette",
+                "largest cluster",
+                "singletons",
+                "next probes",
+                "fallbacks",
+            ],
+        )
+        + "\n"
+    )
+    rows = [
+        [
+            name,
+            _fmt(e.get("seconds"), 1),
+            e.get("tokens", {}).get("total_tokens", 0),
+            e.get("tokens", {}).get("calls", 0),
+        ]
+        for name, e in phases.items()
+    ]
+    total = [
+        [
+            "total",
+            _fmt(sum(e.get("seconds", 0) for e in phases.values()), 1),
+            sum(e.get("tokens", {}).get("total_tokens", 0) for e in phases.values()),
+            sum(e.get("tokens", {}).get("calls", 0) for e in phases.values()),
+        ]
+    ]
+    parts.append(
+        "Cost per phase (wall seconds of the run that finished the phase)\n"
+        + tabulate(rows + total, headers=["phase", "seconds", "tokens", "LLM calls"])
+        + "\n"
+    )
+    if evaluation:
+        t_all = evaluation["rounds"]
+        marks = sorted({t for t in (5, 10, 15, 20, t_all) if t <= t_all})
+        curves = evaluation["curves"]
+        rows = [
+            [
+                t,
+                _fmt(100 * curves["coverage"][t - 1], 2) if curves["coverage"][t - 1] is not None else "-",
+                _fmt(curves["efficiency"][t - 1], 2),
+                _fmt(curves["len"][t - 1], 2),
+                _fmt(curves["tokens"][t - 1], 0),
+                evaluation["new_discoveries"][t - 1],
+            ]
+            for t in marks
+        ]
+        parts.append(
+            f"Evaluation of the {evaluation['probes']} super probes ({evaluation['prompt_variant']} prompt)\n"
+            + tabulate(rows, headers=["t", "Cov. %", "Eff.", "Len.", "Tokens", "new targets at t"])
+            + f"\nPopularity of liked items (eq. 3): {_fmt(evaluation['interaction_popularity'], 1)} "
+            f"(catalogue mean {_fmt(evaluation['catalogue_popularity'], 1)})\n"
+        )
+    return "\n".join(parts)
+
+
+def save_figures(folder, generations: list[dict], evaluation: dict | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    sizes = [g["probes"] for g in generations] + ([generations[-1]["next_probes"]] if generations else [])
+    ax.plot(range(len(sizes)), sizes, marker="o")
+    ax.set_xlabel("generation")
+    ax.set_ylabel("probes")
+    ax.set_title("Population per generation")
+    folder.save_figure(fig, "population")
+    if not evaluation:
+        return
+    rounds = list(range(1, evaluation["rounds"] + 1))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    left.plot(rounds, [100 * (c or 0) for c in evaluation["curves"]["coverage"]], marker=".")
+    left.set_xlabel("round t")
+    left.set_ylabel("coverage %")
+    left.set_title("Coverage of the super probes")
+    right.bar(rounds, evaluation["new_discoveries"])
+    right.set_xlabel("round t")
+    right.set_ylabel("new target items")
+    right.set_title("New discoveries per round (Fig. 8)")
+    folder.save_figure(fig, "evaluation")
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ctrlsim evolve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_config_arguments(parser, EvolveConfig)
+    add_config_arguments(parser, RunOptions, group="run options")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from_args(EvolveConfig, args)  # validates every value before any model loads
+    options = config_from_args(RunOptions, args)
+    result = run_evolve(config, options)
+    print(result["tables"])
+    print(
+        f"final roster: {Path(result['out']) / 'final_roster.json'} ({len(result['final'])} super probes); "
+        f"{result['seconds']} s this session"
+    )
+    return 0
