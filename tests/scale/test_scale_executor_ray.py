@@ -142,3 +142,19 @@ def test_worker_that_always_dies_is_recorded_as_failed_after_its_retries(ray_clu
     assert records["a"] == {"key": "a"} and records["b"] == {"key": "b"}
     assert is_failure(records["crash"]) and records["crash"]["error"].startswith("WorkerCrashedError")
     assert summary.failed == 1
+
+
+def test_probe_runner_gives_the_same_records_with_both_executors(ray_cluster, tmp_path, ml100k):
+    from ctrlsim.experiments.config import RunOptions
+    from ctrlsim.experiments.probe_run import ProbeRunConfig, run
+
+    config = ProbeRunConfig(recommender="popularity", agents=4, rounds=5, target="War", ceiling_states=20)
+    local, _ = run(config, RunOptions(out=str(tmp_path / "local")), show_progress=False)
+    on_ray, _ = run(config, RunOptions(out=str(tmp_path / "ray"), executor="ray"), show_progress=False)
+
+    def without_timing(records):
+        return {key: {k: v for k, v in record.items() if k != "seconds"} for key, record in records.items()}
+
+    assert set(local) == {"episode", "ceiling"}
+    assert without_timing(on_ray) == without_timing(local)
+    assert ray.is_initialized()  # the executor reused the test's cluster and left it running
