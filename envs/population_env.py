@@ -158,6 +158,8 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
             if terms[agent]:
                 infos[agent]["failure"] = self.failures[agent]
         self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        if self.render_mode == "human":
+            self.render()
         return observations, rewards, terms, truncs, infos
 
     def population_metrics(self) -> dict[str, float]:

@@ -8,8 +8,11 @@ all, see `ctrlsim.envs.ceiling`). Two units of work, each a pure function of (co
   ceiling   the beam-search ceiling from the same roster (rebuilt from the seed)
 
 Both go to the run folder (`config.json`, `records.jsonl`, `tables.md`) as soon as each is
-done, so an interrupted or failed run keeps what it finished and a rerun resumes. Every
-flag is checked, and the output folder created, before any model loads.
+done, so an interrupted or failed run keeps what it finished and a rerun resumes. Without
+`--out` the folder is `results/probe/<box>-<target>-<config hash>`, so rerunning the same
+command resumes it and another config gets its own folder. Every flag is checked, and the
+output folder created, before any model loads. Totals printed (tokens, failures) are read
+back from the stored records, so a resumed run reports the whole run, not the last process.
 """
 from __future__ import annotations
 
