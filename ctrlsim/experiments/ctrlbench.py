@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctrlsim.errors import ConfigError, DataFileError
+from ctrlsim.errors import ConfigError, DataError, DataFileError
 from ctrlsim.experiments.config import (
     RunOptions,
     add_config_arguments,
@@ -105,10 +105,10 @@ class CtrlBenchConfig:
     def __post_init__(self):
         from ctrlsim.agents.methods import known_methods
 
-        methods = [m for m in self.methods if m != ROSTER_METHOD]
-        check_choices("methods", methods, known_methods(), allow_empty=self.roster is not None)
         if ROSTER_METHOD in self.methods and self.roster is None:
             raise ConfigError("method 'roster' needs --roster <file.json>")
+        methods = [m for m in self.methods if m != ROSTER_METHOD]
+        check_choices("methods", methods, known_methods(), allow_empty=self.roster is not None)
         boxes = [b for b in self.recommenders if not b.startswith("recbole:")]
         check_choices("recommenders", boxes, _known_recommenders(), allow_empty=len(self.recommenders) > 0)
         if not self.recommenders:
@@ -267,7 +267,7 @@ def check_targets(config: CtrlBenchConfig, dataset) -> dict[str, int]:
         for persona in load_roster(config.roster):
             try:
                 dataset.check_items(persona.behaviour)
-            except ConfigError as exc:
+            except DataError as exc:
                 raise DataFileError(config.roster, f"persona {persona.probe_id!r}: {exc}") from None
     return sizes
 

@@ -1,0 +1,158 @@
+"""`ctrlsim ctrlbench`: config checks, metric curves by hand, resumable runs, CLI, rosters."""
+import json
+
+import pytest
+from ctrlsim.agents.population import EpisodeTrace, ProbeTrace
+
+from ctrlsim.errors import ConfigError, DataFileError
+from ctrlsim.experiments.config import RunOptions
+from ctrlsim.experiments.ctrlbench import (
+    CtrlBenchConfig,
+    build_parser,
+    config_from_cli,
+    episode_key,
+    main,
+    parse_key,
+    run_ctrlbench,
+)
+from ctrlsim.experiments.ctrlbench_report import round_curves
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
+
+
+def fast(**kw):
+    """Random probes on the popularity box: no model at all, so runs take seconds."""
+    base = dict(methods=("random",), recommenders=("popularity",), targets=("War", "Film-Noir"),
+                agents=(6, 4), rounds=4, seeds=(0, 1))
+    return CtrlBenchConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"methods": ("base-large", "bogus")}, "bogus"),
+    ({"recommenders": ("nope",)}, "nope"),
+    ({"agents": (3, 5)}, "K_small <= K_large"),
+    ({"agents": (5,)}, "K_large,K_small"),
+    ({"rounds": 0}, "rounds"),
+    ({"checkpoints": (3, 30)}, "checkpoints"),
+    ({"seeds": (1, 1)}, "seeds"),
+    ({"targets": ()}, "targets"),
+    ({"targets": ("War", "War")}, "War"),
+    ({"roster": "/no/such/roster.json"}, "roster"),
+    ({"methods": ("roster",)}, "needs --roster"),
+    ({"temperature": -1.0}, "temperature"),
+])
+def test_bad_config_values_are_config_errors(kw, message):
+    with pytest.raises(ConfigError, match=message):
+        fast(**kw)
+
+
+@pytest.mark.parametrize("targets, message", [(("Noir",), "unknown target 'Noir'"),
+                                              (("Documentary",), "has only 50 items")])
+def test_bad_targets_fail_before_any_work(ml100k, tmp_path, targets, message):
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=message):
+        run_ctrlbench(fast(targets=targets, min_target_items=60), RunOptions(out=str(out)),
+                      show_progress=False)
+    assert not out.exists()
+
+
+def test_keys_round_trip_and_report_rounds():
+    assert parse_key(episode_key("base-large", "recbole:GRU4Rec", "Film-Noir", 3)) == \
+        ("base-large", "recbole:GRU4Rec", "Film-Noir", 3)
+    with pytest.raises(ConfigError):
+        parse_key("base-large|narm")
+    assert fast(rounds=20).report_rounds() == (5, 10, 15, 20)
+    assert fast(rounds=8).report_rounds() == (2, 4, 6, 8)
+    assert fast(rounds=8, checkpoints=(8, 3)).report_rounds() == (3, 8)
+    assert len(fast().keys()) == 4
+
+
+def test_round_curves_match_hand_computed_values():
+    # Target {a, b, c, d}. Probe 1 likes a, x in round 1 and b in round 2; probe 2 likes a and is dropped.
+    trace = EpisodeTrace(2, [ProbeTrace("p1", "probe_0", [], [["a", "x"], ["b"]], [5, 12]),
+                             ProbeTrace("p2", "probe_1", [], [["a"]], [10], dropped="LLM call failed")])
+    curves = round_curves(trace, {"a", "b", "c", "d"}, 2)
+    assert curves["coverage"] == [0.25, 0.5]
+    assert curves["efficiency"] == [2.0, 1.5]             # target likes (a twice, then b) / distinct found
+    assert curves["efficiency_all_likes"] == [3.0, 2.0]   # all likes (x too) / distinct found
+    assert curves["len"] == [1.5, 2.0]
+    assert curves["tokens"] == [7.5, 11.0]
+    empty = round_curves(EpisodeTrace(1, [ProbeTrace("p", "probe_0", [], [["x"]], [0])]), {"a"}, 1)
+    assert empty["efficiency"] == [None] and empty["coverage"] == [0.0]
+
+
+def _without_timing(records):
+    return {k: {f: v for f, v in r.items() if f != "timing"} for k, r in records.items()}
+
+
+def test_interrupted_run_resumes_to_the_same_records(ml100k, tmp_path):
+    config = fast()
+    whole = run_ctrlbench(config, RunOptions(out=str(tmp_path / "whole")), show_progress=False)
+    part = run_ctrlbench(config, RunOptions(out=str(tmp_path / "part")), show_progress=False, max_episodes=1)
+    assert len(part["records"]) == 1
+    resumed = run_ctrlbench(config, RunOptions(out=str(tmp_path / "part")), show_progress=False)
+    assert _without_timing(resumed["records"]) == _without_timing(whole["records"])
+    lines = (tmp_path / "part" / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 1 + 4  # header + each episode once: nothing lost, nothing repeated
+    record = whole["records"][episode_key("random", "popularity", "War", 0)]
+    assert record["k"] == 4 and record["target_size"] == 71 and record["policy"] == "random"
+    assert record["curves"]["tokens"] == [0.0] * 4 and record["target_visible"] is None
+    assert 0 <= record["curves"]["coverage"][-1] <= 1
+
+
+def test_cli_prints_tables_and_writes_the_run_folder(ml100k, tmp_path, capsys):
+    out = tmp_path / "cli"
+    args = ["--methods", "random", "--recommenders", "popularity", "--targets", "War", "--agents", "5,3",
+            "--rounds", "3", "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "Table 1" in printed and "Table 7" in printed and "per target" in printed
+    assert (out / "tables.md").read_text().count("Random (coin flip, no LLM)") == 3
+    figures = {p.name for p in (out / "figures").iterdir()}
+    assert figures == {"coverage_by_round.png", "coverage_by_target.png"}
+    assert json.loads((out / "config.json").read_text())["config"]["agents"] == [5, 3]
+    assert main(args) == 0  # resume: nothing left to do, same tables
+
+
+def test_preset_paper_with_overrides():
+    parser = build_parser()
+    config = config_from_cli(parser.parse_args(["--preset", "paper", "--methods", "base-large,base-small"]))
+    assert config.agents == (100, 26) and config.rounds == 20 and config.temperature == 1.0
+    assert config.targets == ("Action", "Thriller", "Romance", "Adventure", "War", "Film-Noir")
+    assert config.recommenders == ("twhin-bert", "bge", "narm", "sasrec", "keyword-bm25")
+    assert config.methods == ("base-large", "base-small")
+    assert config_from_cli(parser.parse_args(["--preset", "paper", "--rounds", "5"])).rounds == 5
+
+
+def test_bad_roster_files_are_reported(ml100k, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a roster"}')
+    with pytest.raises(DataFileError, match="bad.json"):
+        run_ctrlbench(fast(methods=(), roster=str(bad)), RunOptions(out=str(tmp_path / "r")),
+                      show_progress=False)
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps([{"probe_id": "x", "name": "X", "bio": "b", "behaviour": ["99999"]}]))
+    with pytest.raises(DataFileError, match="'x'"):
+        run_ctrlbench(fast(methods=(), roster=str(unknown)), RunOptions(out=str(tmp_path / "r2")),
+                      show_progress=False)
+
+
+@pytest.mark.llm
+def test_llm_methods_and_a_stored_roster_run_end_to_end(ml100k, tmp_path):
+    roster = tmp_path / "roster.json"
+    roster.write_text(json.dumps([{"probe_id": "fan", "name": "Sam", "bio": "Sam loves old war movies.",
+                                   "interests": ["war"], "behaviour": ["1", "22"]}]))
+    config = CtrlBenchConfig(methods=("base-small",), recommenders=("popularity",), targets=("War",),
+                             agents=(2, 2), rounds=2, llm="smollm2-135m", roster=str(roster))
+    result = run_ctrlbench(config, RunOptions(out=str(tmp_path / "llm")), show_progress=False)
+    assert result["failed"] == {}
+    small = result["records"][episode_key("base-small", "popularity", "War", 0)]
+    assert small["k"] == 2 and small["target_visible"] is True and small["llm"]["model"] == "smollm2-135m"
+    assert small["setup_tokens"] > 0 and small["curves"]["tokens"][-1] > 0
+    assert small["decisions"] == 4 and 0 <= small["parse_failures"] <= 4
+    from_file = result["records"][episode_key("roster", "popularity", "War", 0)]
+    assert [p["probe_id"] for p in from_file["probes"]] == ["fan"] and from_file["setup_tokens"] == 0
+    assert (tmp_path / "llm" / "rosters").is_dir()
