@@ -101,3 +101,12 @@ def test_run_options_choose_the_executor():
     assert isinstance(executor_from_options(RunOptions()), LocalExecutor)
     with pytest.raises(ConfigError):
         RunOptions(executor="local", ray_address="auto")
+
+
+def test_importing_the_executors_does_not_import_ray_or_openai():
+    import subprocess
+
+    code = ("import sys, ctrlsim.experiments.executor, ctrlsim.backends.openai_compat; "
+            "print(sorted(m for m in ('ray', 'openai') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
