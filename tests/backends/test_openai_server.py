@@ -298,3 +298,49 @@ def test_json_schema_reaches_llama_cpp_server(two_slots):
                      json_schema=schema)[0]
     data = json.loads(reply.text)
     assert isinstance(data["title"], str) and isinstance(data["year"], int)
+
+
+# ------------------------------------------------------- the vLLM path, up to the client (no GPU here)
+
+VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def vllm_rating_reply(top: dict[str, float]) -> str:
+    """A vLLM /chat/completions reply with logprobs, as `vllm serve` sends it."""
+    first = max(top, key=top.get)
+    entries = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top.items()]
+    return json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "model": VLLM_MODEL,
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": first},
+                                    "logprobs": {"content": [{"token": first, "logprob": top[first],
+                                                              "top_logprobs": entries}]},
+                                    "finish_reason": "length"}],
+                       "usage": {"prompt_tokens": 31, "completion_tokens": 1, "total_tokens": 32}})
+
+
+def test_vllm_spec_reaches_the_server_and_digit_ratings_come_from_logprobs():
+    from ctrlsim.backends import load_llm
+
+    top = {"4": -0.1, "3": -2.4, " 5": -3.0, "The": -4.0}  # " 5" counts as 5; "The" is ignored
+    with ScriptedServer([("raw", vllm_rating_reply(top))]) as server:
+        llm = load_llm(f"{server.url}#{VLLM_MODEL}")
+        rating = llm.rate([[{"role": "user", "content": "Rate Heat (1995) from 0 to 5."}]])[0]
+    body = server.requests[0]
+    sent = (body["model"], body["logprobs"], body["top_logprobs"], body["max_tokens"])
+    assert sent == (VLLM_MODEL, True, 20, 1)
+    assert body["messages"][-1]["content"] == \
+        "Rate Heat (1995) from 0 to 5.\nAnswer with a single digit from 0 to 5 and nothing else."
+    weights = {3: np.exp(-2.4), 4: np.exp(-0.1), 5: np.exp(-3.0)}
+    assert rating == pytest.approx(sum(d * w for d, w in weights.items()) / sum(weights.values()))
+    assert llm.identity == {"runtime": "openai-compatible", "model": VLLM_MODEL, "base_url": server.url}
+    assert llm.meter.total.prompt_tokens == 31
+
+
+def test_replica_spec_spreads_a_batch_over_the_replicas():
+    from ctrlsim.backends import load_llm
+
+    with ScriptedServer([]) as first, ScriptedServer([]) as second:
+        llm = load_llm(f"{first.url},{second.url}#{VLLM_MODEL}")
+        replies = llm.chat([[{"role": "user", "content": f"Say {i}."}] for i in range(6)])
+    assert [r.text for r in replies] == ["hello"] * 6
+    assert len(first.requests) + len(second.requests) == 6 and first.requests and second.requests
+    assert llm.base_url == f"{first.url},{second.url}"
