@@ -1,6 +1,7 @@
 """The unit-of-work contract on the local executor, and the typed errors of `make_executor`."""
 from __future__ import annotations
 
+import socket
 import sys
 
 import pytest
@@ -110,3 +111,21 @@ def test_importing_the_executors_does_not_import_ray_or_openai():
             "print(sorted(m for m in ('ray', 'openai') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_unreachable_cluster_head_fails_fast_with_a_typed_error():
+    import subprocess
+
+    pytest.importorskip("ray")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("from ctrlsim.experiments.executor import make_executor\n"
+            "from ctrlsim.errors import ExecutorError\n"
+            f"try:\n    make_executor('ray', '127.0.0.1:{port}')\n"
+            "except ExecutorError as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    message = done.stdout.strip()
+    assert f"no Ray cluster head answers at '127.0.0.1:{port}'" in message and "ray start --head" in message
+    # Refused by the socket check before ray.init, which would retry the connection for minutes.
+    assert "Connection refused" in message
