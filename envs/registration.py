@@ -31,23 +31,27 @@ ENV_IDS = tuple(ENV_SPECS)
 PROBE_ENV_IDS = tuple(i for i, (entry, _) in ENV_SPECS.items() if entry == _PROBE)  # multi-round envs
 
 
-def check_plain_data(value: Any, where: str) -> None:
-    """`value` is JSON-like data: None, bool, number, str, or lists/tuples/dicts of them."""
+def check_plain_data(value: Any, where: str, hint: str = "") -> None:
+    """`value` is JSON-like data: None, bool, number, str, or lists/tuples/dicts of them.
+    Otherwise a `ConfigError` naming `where` and the object's type (plus `hint`)."""
     if value is None or isinstance(value, (bool, numbers.Number, str)):
         return
     if isinstance(value, (list, tuple)):
         for n, item in enumerate(value):
-            check_plain_data(item, f"{where}[{n}]")
+            check_plain_data(item, f"{where}[{n}]", hint)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ConfigError(f"gymnasium.make: {where} has a non-string key {key!r}")
-            check_plain_data(item, f"{where}[{key!r}]")
+                raise ConfigError(f"{where} has a non-string key {key!r}{hint}")
+            check_plain_data(item, f"{where}[{key!r}]", hint)
         return
-    raise ConfigError(f"gymnasium.make takes model specs (names, paths, numbers), not live objects: "
-                      f"{where} is a {type(value).__name__}. Give it by name (e.g. recommender='narm', "
-                      f"llm='qwen2.5-0.5b'), or pass the object to the env class's constructor directly")
+    raise ConfigError(f"expected plain data (names, paths, numbers), not a live object: "
+                      f"{where} is a {type(value).__name__}{hint}")
+
+
+MAKE_HINT = (". gymnasium.make takes model specs: give it by name (e.g. recommender='narm', "
+             "llm='qwen2.5-0.5b'), or pass the object to the env class's constructor directly")
 
 
 class SpecEntryPoint:
@@ -67,7 +71,7 @@ class SpecEntryPoint:
 
     def __call__(self, **kwargs: Any) -> gym.Env:
         for key, value in kwargs.items():
-            check_plain_data(value, key)
+            check_plain_data(value, key, MAKE_HINT)
         return self.env_class()(**kwargs)
 
     def __repr__(self) -> str:

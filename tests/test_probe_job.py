@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.cli import main
 from ctrlsim.experiments.probe_run import ProbeRunConfig
 
@@ -102,3 +103,5 @@ def test_config_round_trips_and_resolves_paper_defaults():
     assert short.resolved_slate_size == 3 and short.resolved_checkpoints == (5, 10)
     assert ProbeRunConfig(rounds=3, ceiling_states=3).resolved_checkpoints == (3,)
     assert short.to_dict()["checkpoints"] == [5, 10] and short.to_dict()["slate_size"] == 3
+    with pytest.raises(ConfigError, match=r"recommender_options\['model'\] is a object"):
+        ProbeRunConfig(recommender_options={"model": object()})  # config.json holds plain data only

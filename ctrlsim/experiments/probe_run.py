@@ -30,6 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ctrlsim.envs import PopulationEnv, ProbeSpec
+from ctrlsim.envs.registration import check_plain_data
 from ctrlsim.envs.tasks import TASKS
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
@@ -109,6 +110,8 @@ class ProbeRunConfig:
             raise ConfigError(f"dataset must be a name or path, got {self.dataset!r}")
         if not isinstance(self.recommender_options, dict):
             raise ConfigError(f"recommender_options must be a dict, got {self.recommender_options!r}")
+        # Stored in config.json and keyed into the model cache: plain JSON data only.
+        check_plain_data(self.recommender_options, "recommender_options")
 
     @property
     def resolved_slate_size(self) -> int:
