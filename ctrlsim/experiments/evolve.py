@@ -91,9 +91,15 @@ class EvolveConfig:
         },
     )
     l_init: tuple[int, ...] = field(default=(4, 6), metadata={"help": "seed history length range L_init"})
+    debate_max_tokens: int = field(default=160, metadata={"help": "reply budget of one debate turn"})
+    merge_max_tokens: int = field(default=384, metadata={"help": "reply budget of one merge (JSON profile)"})
+    align_min_behaviour: int = field(
+        default=4, metadata={"help": "alignment fills shorter super-probe histories by catalogue search"}
+    )
 
     def __post_init__(self):
-        for name in ("agents", "merges", "rounds_per_merge"):
+        check_range("align_min_behaviour", self.align_min_behaviour, low=0)
+        for name in ("agents", "merges", "rounds_per_merge", "debate_max_tokens", "merge_max_tokens"):
             check_range(name, getattr(self, name), low=1)
         check_range("eval_rounds", self.eval_rounds, low=0)
         check_range("alpha", self.alpha, low=0.0, high=1.0)
@@ -198,6 +204,9 @@ def run_evolve(
             alpha=config.alpha,
             fusion=config.fusion,
             temperature=config.temperature,
+            debate_max_tokens=config.debate_max_tokens,
+            merge_max_tokens=config.merge_max_tokens,
+            align_min_behaviour=config.align_min_behaviour,
         )
         loop = EvolutionLoop(
             folder.path,

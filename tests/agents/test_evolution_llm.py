@@ -1,0 +1,141 @@
+"""An 8 -> 4 -> 2 evolution with SmolLM2-135M on the MiniLM embedding box (no LLM inside the box):
+it completes, its artefacts load, the same seed gives the same rosters, and a run killed after
+a phase (or in the middle of one) resumes to the same result without paying an LLM call twice.
+
+Three runs of the whole loop on the smallest bundled model: slow on a 2-core machine.
+"""
+
+import json
+
+import pytest
+from ctrlsim.agents.evolution import roster_from_json
+from ctrlsim.agents.evolution.clustering import Clustering
+
+from ctrlsim.experiments.config import RunOptions
+from ctrlsim.experiments.evolve import EvolveConfig, run_evolve
+
+pytestmark = [pytest.mark.llm, pytest.mark.slow]
+
+CONFIG = EvolveConfig(
+    agents=8,
+    merges=2,
+    rounds_per_merge=1,
+    eval_rounds=2,
+    llm="smollm2-135m",
+    recommender="embedding",
+    target=("Film-Noir",),
+    seed=3,
+    debate_max_tokens=48,
+    merge_max_tokens=200,
+)
+
+
+class CallLog:
+    """The real LLM, with each `chat` call's batch size written down (to check batching)."""
+
+    def __init__(self, llm):
+        self.llm, self.batches = llm, []
+
+    def __getattr__(self, name):
+        return getattr(self.llm, name)
+
+    def chat(self, conversations, **kwargs):
+        self.batches.append(len(conversations))
+        return self.llm.chat(conversations, **kwargs)
+
+
+def fresh_calls(llm) -> int:
+    total = llm.meter.total
+    return total.calls - total.cached_calls
+
+
+def run(llm_or_skip, out, **kwargs):
+    llm = llm_or_skip("smollm2-135m", cache=out / "llm-cache.sqlite")
+    result = run_evolve(CONFIG, RunOptions(out=str(out)), show_progress=False, llm=llm, **kwargs)
+    return result, llm
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, llm_or_skip):
+    out = tmp_path_factory.mktemp("straight")
+    result, llm = run(llm_or_skip, out)
+    return out, result, fresh_calls(llm)
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory, llm_or_skip):
+    """The same config in another folder and cache, stopped after the first debate, then resumed."""
+    out = tmp_path_factory.mktemp("interrupted")
+    first, llm1 = run(llm_or_skip, out, stop_after="debate_g0")
+    assert first["stopped_after"] == "debate_g0" and not (out / "merge_g0.json").exists()
+    llm2 = CallLog(llm_or_skip("smollm2-135m", cache=out / "llm-cache.sqlite"))
+    result = run_evolve(CONFIG, RunOptions(out=str(out)), show_progress=False, llm=llm2)
+    return out, result, fresh_calls(llm1), fresh_calls(llm2.llm), llm2.batches
+
+
+def test_the_run_completes_and_its_artefacts_load(straight):
+    out, result, _ = straight
+    assert [g["probes"] for g in result["generations"]] == [8, 4]
+    assert [len(roster_from_json(json.loads((out / f"roster_g{g}.json").read_text()))) for g in range(3)] == [
+        8,
+        4,
+        2,
+    ]
+    clusters = Clustering.from_dict(json.loads((out / "clusters_g0.json").read_text()))
+    assert clusters.k == 4 and sorted(i for m in clusters.members for i in m) == list(range(8))
+    transcript = json.loads((out / "transcript_g0.json").read_text())["clusters"]
+    for cluster, members in zip(transcript, clusters.members):
+        speakers = [(t["round"], t["probe_id"]) for t in cluster["turns"]]
+        expected = [(r, m) for r in (1, 2) for m in cluster["members"]] if len(members) >= 2 else []
+        assert speakers == expected  # everyone speaks once in each of the two rounds
+    merges = json.loads((out / "merge_g0.json").read_text())["outcomes"]
+    for outcome in merges:  # a usable merge, or the best member, flagged
+        assert (
+            outcome["valid"]
+            or "merge_fallback_best_member" in outcome["persona"]["flags"]
+            or "filter_fallback_unchanged" in outcome["persona"]["flags"]
+        )
+    phases = json.loads((out / "phases.json").read_text())["phases"]
+    assert list(phases)[0] == "profiles" and list(phases)[-1] == "align"
+    assert all("seconds" in e and "tokens" in e for e in phases.values())
+    assert phases["debate_g0"]["tokens"]["completion_tokens"] > 0
+    assert (out / "tables.md").read_text().count("Generations") == 1
+    assert (out / "figures" / "evaluation.png").stat().st_size > 0
+    assert result["evaluation"]["rounds"] == 2 and len(result["evaluation"]["new_discoveries"]) == 2
+
+
+def test_the_final_roster_loads_for_ctrlbench(straight, ml100k):
+    from ctrlsim.experiments.ctrlbench import load_roster
+
+    out, result, _ = straight
+    personas = load_roster(out / "final_roster.json")
+    assert [p.probe_id for p in personas] == [p.probe_id for p in result["final"]]
+    for p in personas:
+        ml100k.check_items(p.behaviour)
+        assert len(p.behaviour) >= CONFIG.align_min_behaviour and p.bio
+
+
+def test_same_seed_and_kill_resume_give_identical_rosters(straight, interrupted):
+    out_a, result_a, calls_a = straight
+    out_b, result_b, calls_b1, calls_b2, batches = interrupted
+    for g in range(3):
+        assert json.loads((out_a / f"roster_g{g}.json").read_text()) == json.loads(
+            (out_b / f"roster_g{g}.json").read_text()
+        )
+    assert [p.to_dict() for p in result_a["final"]] == [p.to_dict() for p in result_b["final"]]
+    # No LLM call paid twice: the interrupted run's two sessions together made the straight run's calls.
+    assert calls_b1 + calls_b2 == calls_a
+    # The resumed session's first calls are merge_g0 (no profile, interaction or debate call again).
+    assert batches and batches[0] <= 4
+
+
+def test_a_phase_killed_midway_replays_from_the_cache(interrupted, llm_or_skip):
+    out, result, *_ = interrupted
+    ledger = json.loads((out / "phases.json").read_text())
+    for phase in ("merge_g1", "align"):  # as if killed after merge_g1's calls, before its ledger entry
+        ledger["phases"].pop(phase)
+    (out / "phases.json").write_text(json.dumps(ledger))
+    (out / "final_roster.json").unlink()
+    again, llm = run(llm_or_skip, out)
+    assert fresh_calls(llm) == 0 and llm.meter.total.cached_calls > 0
+    assert [p.to_dict() for p in again["final"]] == [p.to_dict() for p in result["final"]]
