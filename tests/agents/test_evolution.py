@@ -178,3 +178,53 @@ def test_settings_validate():
         EvolutionSettings(fusion="vote")
     with pytest.raises(ConfigError, match="alpha"):
         EvolutionSettings(alpha=1.5)
+
+
+# ----------------------------------------------------------------------------- runner and registry
+
+
+def test_evolve_flags_build_a_validated_config(tmp_path):
+    from ctrlsim.experiments.config import RunOptions, config_from_args
+    from ctrlsim.experiments.evolve import EvolveConfig, build_parser, run_evolve
+
+    args = build_parser().parse_args(
+        [
+            "--agents",
+            "8",
+            "--merges",
+            "2",
+            "--rounds-per-merge",
+            "1",
+            "--target",
+            "War,Film-Noir",
+            "--k-rule",
+            "silhouette",
+            "--seed",
+            "4",
+        ]
+    )
+    config = config_from_args(EvolveConfig, args)
+    assert (config.agents, config.merges, config.rounds_per_merge, config.k_rule) == (8, 2, 1, "silhouette")
+    assert config.target == ("War", "Film-Noir") and config.schedule() == [8, 4, 2]
+    assert EvolveConfig().schedule() == [100, 50, 25]  # the paper's 100 -> 50 -> 25
+    with pytest.raises(ConfigError, match="k_rule"):
+        EvolveConfig(k_rule="elbow")
+    with pytest.raises(ConfigError, match="alpha"):
+        EvolveConfig(alpha=-0.1)
+    # A bad target fails before any model loads (no LLM is given or loaded here).
+    with pytest.raises(ConfigError, match="NoSuchTag"):
+        run_evolve(EvolveConfig(target=("NoSuchTag",)), RunOptions(out=str(tmp_path / "run")))
+
+
+def test_the_evolution_methods_are_registered_for_ctrlbench():
+    from ctrlsim.agents.evolution.methods import settings_from_options
+    from ctrlsim.agents.methods import get_method, known_methods
+
+    assert {"kmeans-fusion", "ctrlbench", "ctrlbench-logic"} <= set(known_methods())
+    assert get_method("kmeans-fusion").label == "KMeans-Fusion"
+    settings, encoder = settings_from_options(
+        {"merges": 1, "encoder": "bge"}, fusion="select-best", alpha=0.0
+    )
+    assert (settings.merges, settings.fusion, settings.alpha, encoder) == (1, "select-best", 0.0, "bge")
+    with pytest.raises(ConfigError, match="bogus"):
+        settings_from_options({"bogus": 1})
