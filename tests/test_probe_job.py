@@ -105,3 +105,41 @@ def test_config_round_trips_and_resolves_paper_defaults():
     assert short.to_dict()["checkpoints"] == [5, 10] and short.to_dict()["slate_size"] == 3
     with pytest.raises(ConfigError, match=r"recommender_options\['model'\] is a object"):
         ProbeRunConfig(recommender_options={"model": object()})  # config.json holds plain data only
+
+
+def test_sigkill_between_units_then_resume_gives_the_uninterrupted_records(tmp_path, ml100k):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    flags = ["--recommender", "popularity", "--agents", "3", "--rounds", "20", "--target", "Horror",
+             "--ceiling-states", "2000"]
+
+    def records_of(folder):
+        _, records = stored(folder)
+        for record in records.values():
+            record.pop("seconds", None)  # wall time is the only thing allowed to differ
+        return records
+
+    def run(folder):
+        return subprocess.Popen([sys.executable, "-m", "ctrlsim.experiments.cli", "probe", *flags,
+                                 "--out", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "CTRLSIM_THREADS": "1"})
+
+    killed = tmp_path / "killed"
+    proc = run(killed)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        path = killed / "records.jsonl"
+        if path.exists() and '"key": "episode"' in path.read_text():
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and set(stored(killed)[1]) == {"episode"}  # killed mid-ceiling
+    assert run(killed).wait() == 0  # resumes
+    assert run(tmp_path / "whole").wait() == 0
+    assert records_of(killed) == records_of(tmp_path / "whole")
+    keys = [json.loads(line).get("key") for line in (killed / "records.jsonl").read_text().splitlines()[1:]]
+    assert keys == ["episode", "ceiling"]  # nothing repeated
