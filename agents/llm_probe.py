@@ -44,15 +44,17 @@ class DecisionSettings:
     memory_rounds:  M, rounds of short-term memory shown in the prompt.
     target_visible: whether the goal (the target tags) is in the prompt.
     prompt_variant: "default", or "logic" (Appendix D.8: favour long-tail items).
-    temperature:    sampling temperature (the paper's agents use 1.0); seeded per round.
+    temperature:    sampling temperature; 0 (greedy) by default because llama.cpp decodes greedy
+                    batches as parallel sequences over the shared prefix (several times faster on
+                    CPU); the paper's agents sample at 1.0 (`--preset paper`), seeded per round.
     max_tokens:     reply budget (a decision is ~15-30 tokens of JSON).
     constrained:    use JSON-schema decoding where the runtime supports it.
     """
 
-    memory_rounds: int = 3
+    memory_rounds: int = 2
     target_visible: bool = True
     prompt_variant: str = "default"
-    temperature: float = 0.7
+    temperature: float = 0.0
     max_tokens: int = 48
     constrained: bool = True
 
@@ -87,10 +89,10 @@ class LLMProbe:
     searches: int = 0
 
 
-def display_item(dataset: Dataset, item_id: str) -> str:
+def display_item(dataset: Dataset, item_id: str, *, tags: bool = True) -> str:
     """"Title (Year), (Tag, Tag)": the item text without any description (prompts stay short)."""
     row = dataset.items.iloc[dataset.item_index[item_id]]
-    return item_text(row["title"], row["year"], row["tags"])
+    return item_text(row["title"], row["year"], row["tags"] if tags else ())
 
 
 class LLMPopulationPolicy:
@@ -206,7 +208,7 @@ class LLMPopulationPolicy:
             return
         shown = [display_item(self.dataset, i) for i in shown_ids]
         source = info.get("slate_source", "recommender")
-        liked = [shown[p] for p in decision.likes]
+        liked = [display_item(self.dataset, shown_ids[p], tags=False) for p in decision.likes]
         probe.memory.append(RoundMemory(int(info["round"]) + 1, source, shown, liked, decision.query))
 
     # ------------------------------------------------------------------ record

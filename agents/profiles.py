@@ -62,11 +62,12 @@ class ProfileStore(SqliteStore):
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    """How personas are generated. temperature > 0 samples with a seed derived from (seed, user)."""
+    """How personas are generated (greedy by default: batched as parallel sequences; temperature > 0
+    samples with a seed derived from the run seed)."""
 
     l_init: tuple[int, int] = (4, 6)
     min_rating: float = 4.0
-    temperature: float = 0.7
+    temperature: float = 0.0
     max_tokens: int = 160
     batch_size: int = 16
 

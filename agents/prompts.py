@@ -53,8 +53,8 @@ PROFILE_RETRY = (
 # profile prompt. Appendix B's relevance constraint ("interactions must satisfy relevance
 # constraints, precluding degenerate strategies like random clicks on unrelated items") is rule 1.
 DECISION_SYSTEM = (
-    "You play one user of a {domain} recommender website. You are shown your persona, what happened in "
-    "your last rounds, and the {slate_size} {domain} the website shows you now.\n"
+    "You play one user of a {domain_singular} recommender website. You are shown your persona, what "
+    "happened in your last rounds, and the {slate_size} {domain} the website shows you now.\n"
     "{goal}"
     "Each round you may:\n"
     "- like any of the shown {domain} (give their numbers), or none of them (a skip);\n"
@@ -102,12 +102,11 @@ MEMORY_SEARCHED = " You then searched for \"{query}\"."
 MEMORY_NONE = "nothing"
 
 # --------------------------------------------------------------------------- naive baseline
-# Only for benchmarks/llm_probe_throughput.py: the "naive loop" each probe sends on its own,
-# persona first (no shared prefix), answered in free text and parsed for numbers.
+# Only for benchmarks/llm_probe_throughput.py: the "naive loop" each probe sends on its own. Same
+# information as a decision conversation, but the probe's own text first (no prefix to share) and
+# a free-text answer that is parsed for numbers.
 NAIVE_DECISION = (
-    "You are {name}. {bio} You like {interests}.\n"
-    "A {domain} website shows you:\n{slate}\n"
-    "Which of these would you like? Answer with the numbers of the ones you like."
+    "{probe_text}\n\n{task_text}\nAnswer in a sentence with the numbers of the {domain} you like."
 )
 
 

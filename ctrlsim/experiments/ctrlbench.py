@@ -86,9 +86,11 @@ class CtrlBenchConfig:
         "help": "items per slate (default: the paper's, 20 for narm and 3 for the other boxes)"})
     checkpoints: tuple[int, ...] | None = field(default=None, metadata={
         "help": "rounds reported in Table 1 (default: 5,10,15,20 up to --rounds, else quarters of it)"})
-    memory_rounds: int = field(default=3, metadata={"help": "M, rounds of short-term memory in the prompt"})
+    memory_rounds: int = field(default=2, metadata={"help": "M, rounds of short-term memory in the prompt"})
     target_visible: bool = field(default=True, metadata={"help": "show the target tags to the probes"})
-    temperature: float = field(default=0.7, metadata={"help": "probe sampling temperature (paper: 1.0)"})
+    temperature: float = field(default=0.0, metadata={
+        "help": "probe and profile sampling temperature; 0 = greedy, batched as parallel sequences on "
+                "llama.cpp (paper: 1.0)"})
     l_init: tuple[int, ...] = field(default=(4, 6), metadata={"help": "seed history length range L_init"})
     like_prob: float = field(default=0.3, metadata={"help": "the random method's like probability"})
     min_target_items: int = field(default=5, metadata={
@@ -309,7 +311,8 @@ def run_episode(config: CtrlBenchConfig, key: str) -> dict:
     context = MethodContext(
         dataset=dataset, recommender=recommender, target_tags=(target,), target_items=target_items, seed=seed,
         k_large=config.agents[0], k_small=config.agents[1], rounds=config.rounds, slate_size=slate_size,
-        decision_settings=settings, profile_settings=ProfileSettings(l_init=tuple(config.l_init)),
+        decision_settings=settings,
+        profile_settings=ProfileSettings(l_init=tuple(config.l_init), temperature=config.temperature),
         llm_factory=lambda: _llm(config),
         profile_store=_cache_file("profiles.sqlite") if config.cache else None,
         options=dict(config.method_options.get(method, {})), show_progress=True)
