@@ -181,7 +181,7 @@ class OpenAICompatLLM(LLM):
                 raw = send(replica.client)
                 return self._parse_json(raw.text, url + path)
             except openai.APIStatusError as exc:
-                if not retryable_status(exc.status_code):
+                if not retryable_status(exc.status_code) or _is_request_validation_error(exc):
                     raise ModelError(f"{url}{path}: HTTP {exc.status_code}: "
                                      f"{_body_text(exc)[:SNIPPET]!r}") from exc
                 error = exc
@@ -243,8 +243,9 @@ class OpenAICompatLLM(LLM):
             pool.shutdown(wait=True, cancel_futures=True)
 
     # ------------------------------------------------------------- runtime
-    def _response_format(self, schema: dict) -> dict:
-        if self._schema_style == "json_object":
+    @staticmethod
+    def _response_format(schema: dict, style: str) -> dict:
+        if style == "json_object":
             return {"type": "json_object", "schema": schema}
         return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
 
@@ -257,14 +258,15 @@ class OpenAICompatLLM(LLM):
             if params.stop:
                 body["stop"] = list(params.stop)
             if params.json_schema is not None:
-                body["response_format"] = self._response_format(params.schema)
+                style = self._schema_style
+                body["response_format"] = self._response_format(params.schema, style)
                 try:
                     choice, usage = self._chat_completion(body)
                 except ModelError as exc:
-                    if not self._rejects_schema_style(exc):
+                    if not (style == "json_schema" and _rejects_json_schema_form(exc)):
                         raise
-                    self._schema_style = "json_object"  # llama-cpp-python's server form
-                    body["response_format"] = self._response_format(params.schema)
+                    self._schema_style = "json_object"  # llama-cpp-python's server form, from now on
+                    body["response_format"] = self._response_format(params.schema, "json_object")
                     choice, usage = self._chat_completion(body)
             else:
                 choice, usage = self._chat_completion(body)
@@ -272,12 +274,6 @@ class OpenAICompatLLM(LLM):
                               int(usage.get("completion_tokens") or 0), choice.get("finish_reason") or "stop")
 
         return self._concurrently(one, conversations)
-
-    def _rejects_schema_style(self, exc: ModelError) -> bool:
-        # llama-cpp-python's server answers the OpenAI form with a validation error (HTTP 500)
-        # saying response_format's type should be 'text' or 'json_object'.
-        text = str(exc)
-        return self._schema_style == "json_schema" and "response_format" in text and "json_object" in text
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
         def one(conv: Conversation) -> DigitScores:
@@ -299,6 +295,18 @@ class OpenAICompatLLM(LLM):
             return DigitScores(digit, int(usage.get("prompt_tokens") or 0))
 
         return self._concurrently(one, conversations)
+
+
+def _is_request_validation_error(error) -> bool:
+    """A 5xx that reports the request as invalid (llama-cpp-python's server does this): not transient."""
+    return "validation error" in _body_text(error)[:SNIPPET]
+
+
+def _rejects_json_schema_form(exc: ModelError) -> bool:
+    # llama-cpp-python's server answers OpenAI's json_schema form with a validation error (HTTP 500)
+    # saying response_format's type should be 'text' or 'json_object'.
+    text = str(exc)
+    return "response_format" in text and "json_object" in text
 
 
 def _body_text(error) -> str:

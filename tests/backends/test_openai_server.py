@@ -62,6 +62,14 @@ class ScriptedServer:
                 elif kind == "drop":  # close the connection without any answer
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
+                elif kind == "llama-cpp-schema":  # answers every request the way llama-cpp-python's
+                    outer.script.insert(0, action)  # server does: OpenAI's json_schema form is rejected
+                    if body.get("response_format", {}).get("type") == "json_schema":
+                        message = ("1 validation error: response_format type: "
+                                   "Input should be 'text' or 'json_object'")
+                        self._send(500, json.dumps({"error": {"message": message}}))
+                    else:
+                        self._send(200, json.dumps(GOOD_REPLY))
                 elif kind == "sleep":
                     time.sleep(action[1])
                     self._send(200, json.dumps(GOOD_REPLY))
@@ -146,6 +154,20 @@ def test_request_body_carries_the_generation_parameters_and_schema():
         ("scripted-model", 7, 0.5, 3, ["\n"])
     assert body["response_format"] == {"type": "json_schema",
                                        "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+
+
+def test_schema_falls_back_to_the_llama_cpp_form_once_for_a_concurrent_batch():
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}}
+    with ScriptedServer([("llama-cpp-schema",)]) as server:
+        llm = scripted_llm(server, max_concurrency=3)
+        replies = llm.chat(HELLO * 3, json_schema=schema)
+        llm.chat([[{"role": "user", "content": "Again."}]], json_schema=schema)
+    assert [r.text for r in replies] == ["hello"] * 3
+    kinds = [r["response_format"]["type"] for r in server.requests]
+    # At most one rejected request per conversation in flight (no retries of a validation error),
+    # then the json_object form for the rest, including later calls.
+    assert 1 <= kinds.count("json_schema") <= 3 and kinds.count("json_object") == 4
+    assert server.requests[-1]["response_format"] == {"type": "json_object", "schema": schema}
 
 
 def test_model_is_read_from_the_server_when_not_given():
