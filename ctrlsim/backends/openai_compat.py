@@ -103,9 +103,9 @@ class OpenAICompatLLM(LLM):
                                  ("top_logprobs", top_logprobs, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-        for name, value in (("timeout", timeout), ("backoff", backoff), ("max_backoff", max_backoff)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        for name, seconds in (("timeout", timeout), ("backoff", backoff), ("max_backoff", max_backoff)):
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {seconds!r}")
         openai = import_openai()
         self.timeout = float(timeout)
         self.top_logprobs = top_logprobs
@@ -257,16 +257,17 @@ class OpenAICompatLLM(LLM):
                 body["seed"] = params.seed
             if params.stop:
                 body["stop"] = list(params.stop)
-            if params.json_schema is not None:
+            schema = params.schema
+            if schema is not None:
                 style = self._schema_style
-                body["response_format"] = self._response_format(params.schema, style)
+                body["response_format"] = self._response_format(schema, style)
                 try:
                     choice, usage = self._chat_completion(body)
                 except ModelError as exc:
                     if not (style == "json_schema" and _rejects_json_schema_form(exc)):
                         raise
                     self._schema_style = "json_object"  # llama-cpp-python's server form, from now on
-                    body["response_format"] = self._response_format(params.schema, "json_object")
+                    body["response_format"] = self._response_format(schema, "json_object")
                     choice, usage = self._chat_completion(body)
             else:
                 choice, usage = self._chat_completion(body)
