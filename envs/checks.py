@@ -48,6 +48,18 @@ def check_l_init(l_init: object) -> tuple[int, int]:
     return int(low), int(high)
 
 
+def check_options(options: Mapping[str, Any] | None, known: tuple[str, ...]) -> dict[str, Any]:
+    """`reset` options as a dict; an unknown key (a typo such as "rooster") is an error, not ignored."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"reset options must be a dict, got {options!r}")
+    unknown = sorted(str(k) for k in options if k not in known)
+    if unknown:
+        raise ConfigError(f"unknown reset option(s) {', '.join(map(repr, unknown))}; known: {list(known)}")
+    return dict(options)
+
+
 def check_positive_int(name: str, value: object) -> int:
     """A count such as `slate_size`, `budget` or `n_agents`: an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:

@@ -15,7 +15,7 @@ from ctrlsim.recommenders import Recommender
 from ctrlsim.seeding import rng_child
 
 from ._build import DEFAULT_RECOMMENDER, build_engine
-from .checks import check_l_init, check_positive_int, check_render_mode, check_seed
+from .checks import check_l_init, check_options, check_positive_int, check_render_mode, check_seed
 from .engine import Probe, ProbeSpec, action_space, observation_space
 from .roster import default_roster
 from .tasks import Task
@@ -98,7 +98,7 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
         seed = check_seed(seed)
         if seed is not None or self.np_random is None:
             self.np_random, _ = seeding.np_random(seed)
-        roster: Sequence[ProbeSpec] | None = (options or {}).get("roster")
+        roster: Sequence[ProbeSpec] | None = check_options(options, ("roster",)).get("roster")
         if roster is None:
             roster = default_roster(self.dataset, self.n_agents, self.np_random, self.l_init)
         roster = list(roster)

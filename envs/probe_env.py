@@ -7,12 +7,12 @@ import gymnasium as gym
 
 from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset
-from ctrlsim.errors import ResetNeededError
+from ctrlsim.errors import ConfigError, ResetNeededError
 from ctrlsim.recommenders import Recommender
 
 from ._build import DEFAULT_RECOMMENDER, build_engine
-from .checks import check_l_init, check_render_mode, check_seed
-from .engine import Probe, action_space, observation_space
+from .checks import check_l_init, check_options, check_render_mode, check_seed
+from .engine import Probe, ProbeSpec, action_space, observation_space
 from .roster import probe_from_user, user_order
 from .tasks import Task
 
@@ -81,8 +81,12 @@ class ProbeEnv(gym.Env[ObsType, ActType]):
               options: dict[str, Any] | None = None) -> tuple[ObsType, dict]:
         seed = check_seed(seed)
         super().reset(seed=seed)
-        options = options or {}
+        options = check_options(options, ("probe", "user_id"))
         spec = options.get("probe")
+        if spec is not None and options.get("user_id") is not None:
+            raise ConfigError("reset options: give either 'probe' or 'user_id', not both")
+        if spec is not None and not isinstance(spec, ProbeSpec):
+            raise ConfigError(f"reset option 'probe' must be a ProbeSpec, got {spec!r}")
         if spec is None:
             user = options.get("user_id") or self._users[int(self.np_random.integers(len(self._users)))]
             length = int(self.np_random.integers(self.l_init[0], self.l_init[1] + 1))

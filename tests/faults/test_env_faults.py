@@ -1,15 +1,16 @@
 """Bad input to the probe environments: each kind is a typed error whose message names the
 offending value (issue: reliability, points 6, 8 and 10).
 
-Kinds covered here (22): likes that are fractions (0.9, 1.7), strings ("1", "abc"), out of
+Kinds covered here (24): likes that are fractions (0.9, 1.7), strings ("1", "abc"), out of
 range (2, -1), the wrong length, a bare string; a query too long, with characters outside
 the charset, not a string; an unknown action key; an action that is not a dict; `l_init`
 reversed, zero or not integers; reset seeds that are negative, fractional, strings or
 bools; a bad slate size or budget; step before reset; a step past the round budget; a
-render mode the env does not declare; a roster that is too large or repeats a name; a seed
-history given as one string; a live object handed to `gymnasium.make`; unknown target,
-task and recommender names (the target checked before a named black box loads); policy
-failures in a population (reported with `drop`, malformed actions, missing actions).
+render mode the env does not declare; unknown or conflicting reset options; an unknown
+user; a roster that is too large or repeats a name; a seed history given as one string; a
+live object handed to `gymnasium.make`; unknown target, task and recommender names (the
+target checked before a named black box loads); policy failures in a population
+(reported with `drop`, malformed actions, missing actions).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ctrlsim.errors import (
     InvalidAction,
     ResetNeededError,
     UnknownItemError,
+    UnknownUserError,
 )
 
 
@@ -146,6 +148,20 @@ def test_bad_rosters(pop_rec, ml100k):
         ProbeSpec(history=(12,))
     with pytest.raises(UnknownItemError, match="'99999'"):
         population.reset(seed=0, options={"roster": [ProbeSpec(history=("99999",))]})
+
+
+def test_bad_reset_options(pop_rec):
+    env = ProbeEnv(pop_rec, budget=2)
+    with pytest.raises(ConfigError, match="'rooster'"):
+        PopulationEnv(pop_rec, n_agents=2).reset(seed=0, options={"rooster": []})
+    with pytest.raises(ConfigError, match="'probes'"):
+        env.reset(seed=0, options={"probes": ProbeSpec(history=("1",))})
+    with pytest.raises(ConfigError, match="not both"):
+        env.reset(seed=0, options={"probe": ProbeSpec(history=("1",)), "user_id": "5"})
+    with pytest.raises(ConfigError, match="\\('1', '2'\\)"):
+        env.reset(seed=0, options={"probe": ("1", "2")})
+    with pytest.raises(UnknownUserError, match="no-such-user"):
+        env.reset(seed=0, options={"user_id": "no-such-user"})
 
 
 def test_make_rejects_live_objects(pop_rec):
