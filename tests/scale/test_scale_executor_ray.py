@@ -144,6 +144,7 @@ def test_worker_that_always_dies_is_recorded_as_failed_after_its_retries(ray_clu
     assert summary.failed == 1
 
 
+@pytest.mark.slow  # about 30 s on 2 busy cores (the ceiling's beam search runs twice)
 def test_probe_runner_gives_the_same_records_with_both_executors(ray_cluster, tmp_path, ml100k):
     from ctrlsim.experiments.config import RunOptions
     from ctrlsim.experiments.probe_run import ProbeRunConfig, run
@@ -158,3 +159,26 @@ def test_probe_runner_gives_the_same_records_with_both_executors(ray_cluster, tm
     assert set(local) == {"episode", "ceiling"}
     assert without_timing(on_ray) == without_timing(local)
     assert ray.is_initialized()  # the executor reused the test's cluster and left it running
+
+
+def test_a_run_started_locally_resumes_on_ray_without_recomputing(ray_cluster, tmp_path, ml100k):
+    import json
+
+    from ctrlsim.experiments.config import RunOptions
+    from ctrlsim.experiments.ctrlbench import CtrlBenchConfig, run_ctrlbench
+
+    config = CtrlBenchConfig(methods=("random",), recommenders=("popularity",), targets=("War",), rounds=3,
+                             seeds=(0, 1, 2))
+    full = run_ctrlbench(config, RunOptions(out=str(tmp_path / "full")), show_progress=False)["records"]
+    resumed_out = tmp_path / "resumed"
+    first = run_ctrlbench(config, RunOptions(out=str(resumed_out)), show_progress=False, max_episodes=1)
+    assert len(first["records"]) == 1
+    resumed = run_ctrlbench(config, RunOptions(out=str(resumed_out), executor="ray"), show_progress=False)
+
+    def without_timing(records):
+        return {key: {k: v for k, v in record.items() if k != "timing"} for key, record in records.items()}
+
+    assert without_timing(resumed["records"]) == without_timing(full) and len(full) == 3
+    lines = (resumed_out / "records.jsonl").read_text().splitlines()
+    keys = [json.loads(line)["key"] for line in lines if '"key"' in line]
+    assert sorted(keys) == sorted(full) and keys[0] == next(iter(first["records"]))  # nothing recomputed
