@@ -91,17 +91,21 @@ def report(phases: dict, shares: dict, args) -> str:
         tokens = entry.get("tokens", {})
         calls = tokens.get("calls", 0) - tokens.get("cached_calls", 0)
         seconds = entry.get("seconds", 0.0)
+        # CPU time of the run's process ~ the phase's time alone on one core (wall time on a shared
+        # machine includes waiting for other people's jobs); wall time where CPU time was not recorded.
+        basis = entry.get("cpu_seconds", seconds)
         kind, _, gen = name.partition("_g")
         generation = int(gen) if gen.isdigit() else 0
-        per_call_s = seconds / calls if calls else 0.0
+        per_call_s = basis / calls if calls else 0.0
         per_call_tok = tokens.get("total_tokens", 0) / max(tokens.get("calls", 0), 1)
         n_paper = paper_calls(kind, generation, k_init=100, merges=2, e_i=2, t=20, **shares)
-        paper_s = per_call_s * n_paper if calls else seconds
+        paper_s = per_call_s * n_paper if calls else basis
         projected[kind] = projected.get(kind, 0.0) + paper_s
         rows.append(
             [
                 name,
                 f"{seconds:.1f}",
+                f"{basis:.1f}",
                 calls,
                 tokens.get("total_tokens", 0),
                 f"{per_call_s:.2f}",
@@ -115,7 +119,8 @@ def report(phases: dict, shares: dict, args) -> str:
         rows,
         headers=[
             "phase",
-            "seconds",
+            "wall s",
+            "CPU s",
             "LLM calls",
             "tokens",
             "s/call",
@@ -130,7 +135,8 @@ def report(phases: dict, shares: dict, args) -> str:
         f"load average during the run: {os.getloadavg()}",
         f"measured run: {args.agents} probes, E_m={args.merges}, E_i={args.rounds_per_merge}, "
         f"t={args.eval_rounds}, LLM {args.llm}: {sum(e.get('seconds', 0) for e in phases.values()):.0f} s",
-        f"paper-size run (100 -> 50 -> 25, E_i=2, t=20) extrapolated: {total / 60:.1f} min "
+        f"paper-size run (100 -> 50 -> 25, E_i=2, t=20) extrapolated from CPU s per call "
+        f"(one core, CTRLSIM_THREADS={os.environ.get('CTRLSIM_THREADS', '1')}): {total / 60:.1f} min "
         f"({'within' if total <= GOAL_SECONDS else 'over'} the 30-minute goal by "
         f"{abs(GOAL_SECONDS - total) / 60:.1f} min)",
         "share of the extrapolated time by phase kind:",
@@ -168,7 +174,11 @@ def main() -> None:
         ]
         for rec in records:
             if rec.get("key") == "evaluate":
-                phases["evaluate"] = {"seconds": rec["record"]["seconds"], "tokens": rec["record"]["tokens"]}
+                phases["evaluate"] = {
+                    key: rec["record"][key]
+                    for key in ("seconds", "cpu_seconds", "tokens")
+                    if key in rec["record"]
+                }
         debating = total = retried = outcomes = 0
         for path in folder.glob("clusters_g*.json"):
             c = json.loads(path.read_text())

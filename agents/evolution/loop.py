@@ -185,13 +185,18 @@ class EvolutionLoop:
         return steps + [("align", self.phase_align)]
 
     def _run_phase(self, name: str, body: Callable[[], dict]) -> dict:
-        """Run `body` unless the ledger says `name` is finished; record wall time and tokens."""
+        """Run `body` unless the ledger says `name` is finished; record wall time, this process's CPU
+        time (what the phase would take alone on one core: a shared machine inflates wall time) and tokens."""
         if self.folder.done(name):
             return self.folder.entry(name)
         before = self.llm.meter.total if self.llm is not None else None
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         summary = body() or {}
-        entry = {"seconds": round(time.perf_counter() - start, 3), **summary}
+        entry = {
+            "seconds": round(time.perf_counter() - start, 3),
+            "cpu_seconds": round(time.process_time() - cpu_start, 3),
+            **summary,
+        }
         if before is not None and "tokens" not in entry:
             entry["tokens"] = _usage_delta(before, self.llm.meter.total)
         self.folder.finish(name, entry)

@@ -25,6 +25,7 @@ from ctrlsim.experiments.config import (
     RunOptions,
     add_config_arguments,
     check_choice,
+    check_choices,
     check_range,
     config_from_args,
     config_to_dict,
@@ -96,9 +97,21 @@ class EvolveConfig:
     align_min_behaviour: int = field(
         default=4, metadata={"help": "alignment fills shorter super-probe histories by catalogue search"}
     )
+    levels: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "Task 2 level presets to run with the super probes for eval-rounds rounds "
+            "(level-1,level-2,level-3: Table 6; Table 2 and Figure 7 come out)"
+        },
+    )
 
     def __post_init__(self):
         check_range("align_min_behaviour", self.align_min_behaviour, low=0)
+        from ctrlsim.agents.evolution.levels import LEVELS
+
+        check_choices("levels", self.levels, LEVELS, allow_empty=True)
+        if self.levels and self.eval_rounds < 1:
+            raise ConfigError("levels need eval-rounds >= 1")
         for name in ("agents", "merges", "rounds_per_merge", "debate_max_tokens", "merge_max_tokens"):
             check_range(name, getattr(self, name), low=1)
         check_range("eval_rounds", self.eval_rounds, low=0)
@@ -113,6 +126,15 @@ class EvolveConfig:
             check_range("slate_size", self.slate_size, low=1)
         if not self.target or any(not t.strip() for t in self.target):
             raise ConfigError(f"target needs at least one non-empty tag, got {self.target!r}")
+        if len(set(self.target)) != len(self.target):
+            raise ConfigError(f"target: a tag is given more than once in {list(self.target)}")
+        from ctrlsim.recommenders.registry import RECOMMENDERS
+
+        if self.recommender not in RECOMMENDERS and not self.recommender.startswith("recbole:"):
+            raise ConfigError(
+                f"recommender: unknown black box {self.recommender!r}; choose from "
+                f"{', '.join(sorted(RECOMMENDERS))} or recbole:<Model>"
+            )
         if len(self.l_init) != 2 or not 1 <= self.l_init[0] <= self.l_init[1]:
             raise ConfigError(f"l_init must be low,high with 1 <= low <= high, got {self.l_init}")
 
@@ -241,7 +263,16 @@ def run_evolve(
                     ),
                 )
             evaluation = folder.store.get("evaluate")
+        levels = {}
+        for name in config.levels:
+            key = f"level/{name}"
+            if key not in folder.store:
+                folder.store.add(key, evaluate_level(config, name, result.final, recommender, llm, decisions))
+            levels[name] = folder.store.get(key)
         tables = render_tables(config, result.generations, result.phases, evaluation)
+        if levels:
+            tables += "\n" + level_tables(levels)
+            save_level_figure(folder, levels)
         folder.write_tables(tables)
         save_figures(folder, result.generations, evaluation)
     return {
@@ -292,7 +323,7 @@ def evaluate_roster(
         token_meter=meter,
     )
     population = Population(tuple(personas), "llm", prompt_variant=config.prompt_variant)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     trace = play_population(
         env,
         population,
@@ -320,8 +351,119 @@ def evaluate_roster(
         "catalogue_popularity": float(popularity.mean()),
         "trace": trace.to_dict(),
         "seconds": round(time.perf_counter() - started, 2),
+        "cpu_seconds": round(time.process_time() - cpu_started, 2),
         "tokens": meter.total.to_dict(),
     }
+
+
+def evaluate_level(config: EvolveConfig, name: str, personas, recommender, llm, decisions) -> dict:
+    """Task 2 (Appendix D.7): the super probes, seeded with a level's history, steer for t rounds.
+
+    Per round: the target similarity cos(V_t, V_target) (Acc.), the old-interest similarity
+    cos(V_t, V_old) with V_old the centred centroid of the seed tags' items (Figure 7), and the
+    smoothness per interval t0-t3 ... t18-t20 (Table 2); means over the probes.
+    """
+    import numpy as np
+
+    from ctrlsim.agents import Population, play_population
+    from ctrlsim.agents.evolution.levels import get_level, level_persona
+    from ctrlsim.backends import TokenMeter
+    from ctrlsim.envs import PopulationEnv, make_task
+    from ctrlsim.metrics import controllability as M
+    from ctrlsim.seeding import derive_rng, derive_seed
+
+    preset = get_level(name)
+    dataset = recommender.dataset
+    rng = derive_rng(config.seed, "level", name)
+    probes = [level_persona(p, dataset, preset, rng) for p in personas]
+    task = make_task("profile-shaping", dataset, target=list(preset.target), item_vectors=config.encoder)
+    meter = TokenMeter()
+    env = PopulationEnv(
+        recommender,
+        n_agents=len(probes),
+        task=task,
+        slate_size=config.slate,
+        budget=config.eval_rounds,
+        token_meter=meter,
+    )
+    play_population(
+        env,
+        Population(tuple(probes), "llm", prompt_variant=config.prompt_variant),
+        seed=derive_seed(config.seed, "level", name),
+        target=preset.target,
+        llm=llm,
+        settings=decisions,
+        meter=meter,
+    )
+    old_items = sorted({i for tag in preset.interests for i in dataset.items_with_tag(tag)})
+    old = M.centred_profile_vector(task.vectors[dataset.indices(old_items)], task.global_mean)
+    trajectories = [task.trajectory(env.probes[agent].record) for agent in env.possible_agents[: len(probes)]]
+
+    def mean_curve(curves):
+        width = max(len(c) for c in curves)
+        return [float(np.mean([c[t] for c in curves if t < len(c)])) for t in range(width)]
+
+    return {
+        "level": name,
+        "target": list(preset.target),
+        "l_init": preset.l_init,
+        "probes": len(probes),
+        "accuracy": mean_curve([M.similarity_curve(t, task.target_vector) for t in trajectories]),
+        "old_interest": mean_curve([M.similarity_curve(t, old) for t in trajectories]),
+        "smoothness": mean_curve([M.interval_smoothness(t) for t in trajectories]),
+        "intervals": [
+            f"t{a}-t{b}"
+            for a, b in zip(M.SMOOTHNESS_EDGES[:-1], M.SMOOTHNESS_EDGES[1:])
+            if b <= config.eval_rounds
+        ],
+        "tokens": meter.total.to_dict(),
+    }
+
+
+def level_tables(levels: dict) -> str:
+    from tabulate import tabulate
+
+    first = next(iter(levels.values()))
+    rows = [[name.capitalize(), *[_fmt(v) for v in rec["smoothness"]]] for name, rec in levels.items()]
+    acc = [
+        [
+            name.capitalize(),
+            _fmt(rec["accuracy"][0]),
+            _fmt(rec["accuracy"][-1]),
+            _fmt(rec["old_interest"][0]),
+            _fmt(rec["old_interest"][-1]),
+        ]
+        for name, rec in levels.items()
+    ]
+    return (
+        "Task 2: trajectory smoothness per interval (Table 2)\n"
+        + (
+            tabulate(rows, headers=["Level", *first["intervals"]])
+            if first["intervals"]
+            else "(no interval: Table 2's first interval t0-t3 needs eval-rounds >= 3)"
+        )
+        + "\n\n"
+        + "Task 2: similarity to the target and to the old interest (Figure 7), start and end\n"
+        + tabulate(acc, headers=["Level", "Acc. t0", "Acc. end", "Old t0", "Old end"])
+        + "\n"
+    )
+
+
+def save_level_figure(folder, levels: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(levels), figsize=(4 * len(levels), 3.2), squeeze=False)
+    for ax, (name, rec) in zip(axes[0], levels.items()):
+        ax.plot(range(len(rec["accuracy"])), rec["accuracy"], label="target")
+        ax.plot(range(len(rec["old_interest"])), rec["old_interest"], label="old interest", linestyle="--")
+        ax.set_title(name.capitalize())
+        ax.set_xlabel("round t")
+        ax.set_ylabel("cosine similarity")
+        ax.legend()
+    folder.save_figure(fig, "task2_levels")
 
 
 # ----------------------------------------------------------------------------- report

@@ -139,3 +139,51 @@ def test_a_phase_killed_midway_replays_from_the_cache(interrupted, llm_or_skip):
     again, llm = run(llm_or_skip, out)
     assert fresh_calls(llm) == 0 and llm.meter.total.cached_calls > 0
     assert [p.to_dict() for p in again["final"]] == [p.to_dict() for p in result["final"]]
+
+
+def test_task2_levels_run_with_the_probes(llm_or_skip, tmp_path):
+    """Table 2 / Figure 7 figures of a level run, checked against the seed histories by hand."""
+    from dataclasses import replace
+
+    import numpy as np
+    from ctrlsim.agents import DecisionSettings, Persona
+    from ctrlsim.agents.evolution.levels import LEVELS, level_persona
+    from ctrlsim.envs import make_task
+
+    from ctrlsim.data import load_dataset
+    from ctrlsim.experiments.evolve import evaluate_level
+    from ctrlsim.metrics import controllability as M
+    from ctrlsim.recommenders import make_recommender
+    from ctrlsim.seeding import derive_rng
+
+    dataset = load_dataset("ml-100k")
+    box = make_recommender("popularity", dataset, mask_shown=True)
+    probes = [
+        Persona(
+            probe_id=f"p{i}",
+            name=f"P{i}",
+            bio="Enjoys romantic thrillers.",
+            interests=("Romance", "Thriller"),
+        )
+        for i in range(2)
+    ]
+    config = replace(CONFIG, eval_rounds=3, levels=("level-3",))
+    llm = llm_or_skip("smollm2-135m", cache=tmp_path / "cache.sqlite")
+    record = evaluate_level(config, "level-3", probes, box, llm, DecisionSettings())
+    assert len(record["accuracy"]) == len(record["old_interest"]) == 4  # t = 0 .. 3
+    assert record["intervals"] == ["t0-t3"] and len(record["smoothness"]) == 1
+    assert -1.0 <= record["smoothness"][0] <= 1.0
+    # t = 0 is the seed history alone: recompute the target similarity from Table 6's seeds.
+    rng = derive_rng(config.seed, "level", "level-3")
+    seeds = [level_persona(p, dataset, LEVELS["level-3"], rng).behaviour for p in probes]
+    task = make_task("profile-shaping", dataset, target=["Action"], item_vectors=config.encoder)
+    start = np.mean(
+        [
+            M.cosine(
+                M.centred_profile_vector(task.vectors[dataset.indices(s)], task.global_mean),
+                task.target_vector,
+            )
+            for s in seeds
+        ]
+    )
+    assert record["accuracy"][0] == pytest.approx(start, abs=1e-6)
