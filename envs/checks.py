@@ -49,14 +49,19 @@ def check_l_init(l_init: object) -> tuple[int, int]:
 
 
 def check_options(options: Mapping[str, Any] | None, known: tuple[str, ...]) -> dict[str, Any]:
-    """`reset` options as a dict; an unknown key (a typo such as "rooster") is an error, not ignored."""
+    """`reset` options as a dict. An unknown key (a typo such as "rooster") gets a warning:
+    PettingZoo's API test passes arbitrary options, so refusing them would break the contract,
+    but a silently ignored typo would run the default roster unnoticed."""
     if options is None:
         return {}
     if not isinstance(options, Mapping):
         raise ConfigError(f"reset options must be a dict, got {options!r}")
     unknown = sorted(str(k) for k in options if k not in known)
     if unknown:
-        raise ConfigError(f"unknown reset option(s) {', '.join(map(repr, unknown))}; known: {list(known)}")
+        import gymnasium
+
+        gymnasium.logger.warn(f"ignoring unknown reset option(s) {', '.join(map(repr, unknown))}; "
+                              f"known: {list(known)}")
     return dict(options)
 
 
