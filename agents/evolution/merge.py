@@ -121,8 +121,9 @@ def parse_merge_reply(text: str, allowed: Sequence[str], target_items: set[str])
     if obj is None:
         raise LLMOutputError("no JSON object", text)
     bio = obj.get("bio")
-    if not isinstance(bio, str) or len(bio.split()) < 3:
-        raise LLMOutputError('"bio" is missing or shorter than three words', text)
+    if not isinstance(bio, str) or sum(any(c.isalpha() for c in w) for w in bio.split()) < 3:
+        # A list of years or ids is not a bio (small models write "1996, 1997, 1998").
+        raise LLMOutputError('"bio" is missing or has fewer than three words', text)
     interests = obj.get("interests")
     if not isinstance(interests, list) or not [s for s in interests if isinstance(s, str) and s.strip()]:
         raise LLMOutputError('"interests" is not a non-empty list of strings', text)

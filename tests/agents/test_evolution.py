@@ -106,6 +106,7 @@ def test_merge_reply_parsing():
     assert fields["behaviour"] == ["1", "2", "3"] and added == ["3"]
     assert len(fields["interests"]) == 5 and fields["name"] == "Noir Club"
     for bad in (
+        '{"bio": "1996, 1997, 1998, 2002", "interests": ["a"], "behaviour": ["1"]}',
         "no json here",
         '{"bio": "x", "interests": ["a"], "behaviour": ["1"]}',
         '{"bio": "a long enough bio", "interests": ["a"], "behaviour": ["99"]}',
