@@ -175,26 +175,14 @@ class LlamaCppLLM(LLM):
 
     def _generate_parallel(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
         """Greedy replies decoded side by side; same stopping rules as `create_completion`."""
-        from llama_cpp._internals import LlamaSampler
-
         if not conversations:
             return []
         token_lists = [self.tokenize(self.render(conv)) for conv in conversations]
         # create_completion's clip: the reply may use what the sequential context has left.
         limits = [min(params.max_tokens, self.n_ctx - len(t)) for t in token_lists]
         grammar = self.grammar_for(params.json_schema) if params.json_schema is not None else None
-        llm = self._llm
-
-        def make_sampler():
-            sampler = LlamaSampler()
-            if grammar is not None:
-                sampler.add_grammar(llm._model, grammar)
-            sampler.add_greedy()
-            return sampler
-
         try:
-            replies = self._parallel_context().generate(token_lists, limits, stop=params.stop,
-                                                        make_sampler=make_sampler)
+            replies = self._parallel_context().generate(token_lists, limits, stop=params.stop, grammar=grammar)
         except RuntimeError as exc:
             raise ModelError(f"llama.cpp parallel generation failed: {exc}") from exc
         return [Completion(r.text.decode("utf-8", errors="ignore"), len(t), len(r.tokens), r.finish_reason)

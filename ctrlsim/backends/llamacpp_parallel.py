@@ -11,6 +11,7 @@ is split into groups that run one after another.
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -83,6 +84,53 @@ class Reply:
     text: bytes = b""
     finish_reason: str = "length"
     done: bool = False
+
+
+class GreedyChooser:
+    """Greedy next token for one sequence, optionally restricted by a GBNF grammar.
+
+    With a grammar it first asks whether the unrestricted argmax is allowed (one candidate)
+    and runs the grammar over the whole vocabulary only when it is not, as llama.cpp's own
+    common sampler does; the token is the same as grammar-then-greedy (the allowed argmax).
+    """
+
+    def __init__(self, lib, vocab, n_vocab: int, grammar=None):
+        self._lib, self._n_vocab = lib, n_vocab
+        self._grammar = None
+        if grammar is not None:
+            self._grammar = lib.llama_sampler_init_grammar(vocab, grammar._grammar.encode("utf-8"),
+                                                           grammar._root.encode("utf-8"))
+            if not self._grammar:
+                raise ModelError("llama.cpp rejected the grammar compiled from the JSON schema")
+        self._one = (lib.llama_token_data * 1)()
+        self._all = None
+
+    def _apply(self, cells, size: int) -> None:
+        array = self._lib.llama_token_data_array(data=cells, size=size, selected=-1, sorted=False)
+        self._lib.llama_sampler_apply(self._grammar, ctypes.byref(array))
+
+    def choose(self, logits: np.ndarray) -> int:
+        token = int(np.argmax(logits))
+        if self._grammar is None:
+            return token
+        self._one[0].id, self._one[0].logit, self._one[0].p = token, float(logits[token]), 0.0
+        self._apply(self._one, 1)
+        if not np.isfinite(self._one[0].logit):  # the argmax breaks the grammar: restrict everything
+            if self._all is None:
+                self._all = (self._lib.llama_token_data * self._n_vocab)()
+            cells = np.ctypeslib.as_array(self._all)
+            cells["id"] = np.arange(self._n_vocab)
+            cells["logit"] = logits
+            cells["p"] = 0.0
+            self._apply(self._all, self._n_vocab)
+            token = int(np.argmax(cells["logit"]))
+        self._lib.llama_sampler_accept(self._grammar, token)
+        return token
+
+    def close(self) -> None:
+        if self._grammar is not None:
+            self._lib.llama_sampler_free(self._grammar)
+            self._grammar = None
 
 
 class ParallelContext:
@@ -159,9 +207,10 @@ class ParallelContext:
                 n += 1
         flush()
 
-    def logits(self, index: int) -> np.ndarray:
-        ptr = self._ctx.get_logits_ith(index)
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+    def logits(self, index: int, *, copy: bool = True) -> np.ndarray:
+        """Logits of output `index` of the last decode (a view is valid only until the next decode)."""
+        row = np.ctypeslib.as_array(self._ctx.get_logits_ith(index), shape=(self.n_vocab,))
+        return row.copy() if copy else row
 
     def _start_group(self, token_lists: list[list[int]], group: Group) -> None:
         """Put the group's prefix on sequence 0 (reusing what it holds) and copy it to each worker."""
@@ -199,24 +248,27 @@ class ParallelContext:
 
     # --------------------------------------------------------------- generation
     def generate(self, token_lists: list[list[int]], limits: list[int], *, stop: tuple[str, ...],
-                 make_sampler: Callable[[], object]) -> list[Reply]:
-        """Continue each prompt until end-of-generation, a stop string or its token limit.
+                 grammar=None) -> list[Reply]:
+        """Greedy continuation of each prompt until end-of-generation, a stop string or its token limit.
 
-        `make_sampler()` gives a fresh llama-cpp-python LlamaSampler per sequence (greedy, or
-        grammar then greedy); the stopping rules and text are those of `Llama.create_completion`.
+        `grammar` (a llama-cpp-python LlamaGrammar) restricts every sequence; the stopping rules
+        and the text are those of `Llama.create_completion`.
         """
         replies = [Reply() for _ in token_lists]
         stops = [s.encode("utf-8") for s in stop]
+        vocab = self._llama._model.vocab
         for group in plan_groups(token_lists, self.workers, self.n_ctx, reserve=limits):
-            samplers = {i: make_sampler() for i in group.members}
             worker = {i: w for w, i in enumerate(group.members, start=1)}
+            choosers: dict[int, GreedyChooser] = {}
             chosen: dict[int, int] = {}
 
             def choose(key: int, index: int) -> None:
-                chosen[key] = samplers[key].sample(self._ctx, index)
+                chosen[key] = choosers[key].choose(self.logits(index, copy=False))
 
-            self._start_group(token_lists, group)
             try:
+                for i in group.members:
+                    choosers[i] = GreedyChooser(self._lib, vocab, self.n_vocab, grammar)
+                self._start_group(token_lists, group)
                 self._decode([Run(worker[i], token_lists[i][group.prefix_length:], group.prefix_length, key=i)
                               for i in group.members], choose)
                 active = list(group.members)
@@ -231,8 +283,8 @@ class ParallelContext:
                     active = [run.key for run in runs]
                     self._decode(runs, choose)
             finally:
-                for sampler in samplers.values():
-                    sampler.close()
+                for chooser in choosers.values():
+                    chooser.close()
                 self._end_group(group)
         return replies
 
