@@ -232,12 +232,16 @@ class TitleMatcher:
             # A fuzzy match must not contradict a generated year ("The Little Prince (1959)" is not
             # "Little Princess, A (1995)"); items without a year, or a year off by one, are accepted.
             scored = [(score, i) for choice, score, _ in found for i in self._exact[choice]
-                      if year is None or self._year[i] is None or abs(self._year[i] - year) <= 1]
+                      if self._year_agrees(self._year[i], year)]
             if scored:
                 top = max(score for score, _ in scored)
                 best, _ = self._best([i for score, i in scored if score == top], year)
                 return Match(raw, best, "fuzzy", float(top), year)
         return Match(raw, None, "none", 0.0, year)
+
+    @staticmethod
+    def _year_agrees(known: int | None, generated: int | None) -> bool:
+        return known is None or generated is None or abs(known - generated) <= 1
 
     def match_many(self, titles: Sequence[str]) -> list[Match]:
         return [self.match(t) for t in titles]

@@ -79,11 +79,14 @@ class PromptShiftData:
               positive_threshold: float | None = 4.0, history_len: int = 25, min_fit_positives: int = 25,
               fractions: tuple[float, float, float] = (0.72, 0.08, 0.20)) -> "PromptShiftData":
         scenarios = tuple(scenarios)
+        if len(fractions) != 3:
+            raise ConfigError(f"fractions must be three numbers (fit, valid, test), got {fractions}")
+        fractions = (float(fractions[0]), float(fractions[1]), float(fractions[2]))
         if not scenarios or any(s not in SCENARIOS for s in scenarios):
             raise ConfigError(f"scenarios must be a non-empty subset of {SCENARIOS}, got {scenarios}")
         if history_len < 1:
             raise ConfigError(f"history_len must be >= 1, got {history_len}")
-        split = chronological_split(dataset, tuple(fractions))
+        split = chronological_split(dataset, fractions)
 
         def positives(frame: pd.DataFrame) -> pd.DataFrame:
             return frame if positive_threshold is None else frame[frame["rating"] >= positive_threshold]
@@ -99,13 +102,14 @@ class PromptShiftData:
                 memberships[str(g)] = [str(u) for u in users]
         all_users = set(dataset.users["user_id"]) | set(dataset.user_ids)
         table = SliceTable.build(fit["user_id"].to_numpy(), fit["item_id"].to_numpy(),
-                                 dict(sorted(memberships.items())), dataset.item_ids, all_users=all_users)
+                                 dict(sorted(memberships.items())), list(dataset.item_ids),
+                                 all_users=all_users)
         in_all = set.intersection(*(set(slices[s].index) for s in scenarios))
         need = max(min_fit_positives, 1)
         eligible = [u for u in dataset.user_ids
                     if len(fit_pos.get(u, ())) >= need and test_pos.get(u) and u in in_all]
         return cls(dataset, scenarios, positive_threshold, int(history_len), int(min_fit_positives),
-                   tuple(fractions), slices, table, fit_pos, valid_pos, test_pos, eligible)
+                   fractions, slices, table, fit_pos, valid_pos, test_pos, eligible)
 
     @property
     def config(self) -> dict:

@@ -131,10 +131,10 @@ def summarise(dataset: str, model: str, identity: dict, records: list[dict], k: 
     variants = {v: {m: scenario_macro(records, v, m, scenarios) for m in names} for v in VARIANTS}
     para_by_user = _per_user_paraphrase(records)
     para = float(np.mean(list(para_by_user.values()))) if para_by_user else float("nan")
-    per_scenario = {}
+    per_scenario: dict[str, dict[str, float]] = {}
     for s in scenarios:
         rs = [r for r in records if r["scenario"] == s]
-        per_scenario[s] = {"users": len(rs)}
+        per_scenario[s] = {"users": float(len(rs))}
         for v in VARIANTS:
             for m in ("drift", "slice_shift"):
                 vals = [r["metrics"][v][m] for r in rs]
@@ -208,7 +208,7 @@ def format_tables(result: Mapping) -> str:
     rows_s = []
     for s in result["settings"]:
         for scen, v in s["per_scenario"].items():
-            rows_s.append([label(s), s["model"], scen, v["users"]]
+            rows_s.append([label(s), s["model"], scen, int(v["users"])]
                           + [_f(v[f"{b}/{m}"]) for b in VARIANTS for m in ("drift", "slice_shift")])
     out.append("Per scenario: Drift and SliceShift of B0-B3 (user means)\n\n" + tabulate(
         rows_s, headers=["Dataset", "Model", "Scenario", "Users"]

@@ -261,6 +261,10 @@ def _generated(d: Mapping) -> GeneratedList:
                          d["completion_tokens"], d.get("raw_count", 0), d.get("error"))
 
 
+def _returning(value):
+    return lambda: value
+
+
 # ----------------------------------------------------------------------- run
 def run(config: PromptShiftConfig, options: RunOptions | None = None, *,
         llms: Mapping[str, LLM] | None = None, stop_after_users: int | None = None,
@@ -278,7 +282,7 @@ def run(config: PromptShiftConfig, options: RunOptions | None = None, *,
     users = sample_users(data, config.users, config.seed)
     choices = protocol_choices(config, data)
     for name, obj in (llms or {}).items():
-        worker_cache(llm_cache_name(name, config.llm_cache), lambda obj=obj: obj)
+        worker_cache(llm_cache_name(name, config.llm_cache), _returning(obj))
     with RunFolder(options.out, {"config": config.identity(), "users": users, "choices": choices},
                    overwrite=options.overwrite) as folder:
         keys = [f"{name}/{u}" for name in config.llms for u in users if f"{name}/{u}" not in folder.store]

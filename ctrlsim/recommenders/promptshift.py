@@ -159,9 +159,10 @@ class PromptShiftEngine:
         self.matcher = TitleMatcher(data.dataset.items, threshold=match_threshold)
         self.scenario_means = data.scenario_means(self.users)
         self.slice_means = data.slice_means(self.users)
-        self._llm_spec, self._llm_cache = llm, llm_cache
         self._llm: LLM | None = llm if isinstance(llm, LLM) else None
-        self._gen_options = {"max_tokens": max_tokens, "temperature": temperature, "seed": llm_seed}
+        self._llm_spec: str = llm if isinstance(llm, str) else ""
+        self._llm_cache = llm_cache
+        self.max_tokens, self.temperature, self.llm_seed = max_tokens, float(temperature), llm_seed
         self._generator: LLMListGenerator | None = None
         self._generated: dict[tuple[str, str], GeneratedList] = {}
         self._matched: dict[tuple[str, str], CandidateList] = {}
@@ -195,16 +196,18 @@ class PromptShiftEngine:
     def generator(self) -> LLMListGenerator:
         if self._generator is None:
             self._generator = LLMListGenerator(self.llm, n=self.n_candidates, domain=self.domain,
-                                               meter_key="promptshift", **self._gen_options)
+                                               max_tokens=self.max_tokens, temperature=self.temperature,
+                                               seed=self.llm_seed, meter_key="promptshift")
         return self._generator
 
     @property
     def config(self) -> dict:
-        llm = self._llm.identity if self._llm is not None else {"spec": str(self._llm_spec)}
+        llm = self._llm.identity if self._llm is not None else {"spec": self._llm_spec}
         return {"data": self.data.config, "llm": llm, "n_candidates": self.n_candidates, "k": self.k,
                 "p": self.p, "rho": self.rho, "matcher": self.matcher.config, "domain": self.domain,
                 "exclude_history": self.exclude_history, "unmatched": self.unmatched,
-                "generation": dict(self._gen_options)}
+                "generation": {"max_tokens": self.max_tokens, "temperature": self.temperature,
+                               "seed": self.llm_seed}}
 
     # ----------------------------------------------------------------- lists
     def set_match_threshold(self, threshold: float) -> None:
