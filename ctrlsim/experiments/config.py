@@ -97,10 +97,13 @@ def check_output_dir(path: str | Path) -> None:
         if parent.exists():
             if not parent.is_dir():
                 raise ConfigError(f"output {str(path)!r}: {str(parent)!r} is a file, not a folder")
-            import os
+            import tempfile
 
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise ConfigError(f"output {str(path)!r}: {str(parent)!r} is not writable")
+            try:  # a real write: access() says yes to root on read-only mounts and sysfs
+                tempfile.TemporaryFile(dir=parent).close()
+            except OSError as exc:
+                raise ConfigError(f"output {str(path)!r}: {str(parent)!r} is not writable "
+                                  f"({exc.strerror})") from None
             return
 
 
