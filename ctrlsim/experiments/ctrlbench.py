@@ -397,11 +397,15 @@ def run_ctrlbench(config: CtrlBenchConfig, options: RunOptions | None = None, *,
         if max_episodes is not None:
             todo = todo[:max_episodes]
 
+        failed: dict[str, str] = {}
+
         def on_record(key: str, record: dict) -> None:
+            if is_failure(record):  # not stored: a rerun retries the episode
+                failed[key] = record["error"]
+                return
             store.add(key, record)
-            if not is_failure(record):
-                name = key.replace("|", "_").replace("=", "").replace(":", "-").replace("/", "-")
-                folder.write_json(f"rosters/{name}.json", record["personas"])
+            name = key.replace("|", "_").replace("=", "").replace(":", "-").replace("/", "-")
+            folder.write_json(f"rosters/{name}.json", record["personas"])
             folder.write_tables(render_tables(config, _records(store), sizes))
 
         if todo:
@@ -411,7 +415,7 @@ def run_ctrlbench(config: CtrlBenchConfig, options: RunOptions | None = None, *,
         tables = render_tables(config, records, sizes)
         folder.write_tables(tables)
         save_figures(folder, config, records)
-        failed = {k: r["error"] for k, r in store.records() if is_failure(r)}
+        failed.update({k: r["error"] for k, r in store.records() if is_failure(r)})  # older folders
     return {"records": records, "tables": tables, "out": str(out), "failed": failed}
 
 

@@ -217,3 +217,28 @@ def test_every_runner_is_covered():
     from ctrlsim.experiments.cli import PROTOCOLS
 
     assert set(CASES) == set(PROTOCOLS)
+
+
+@pytest.mark.llm
+def test_a_failed_unit_is_retried_by_the_rerun(tmp_path):
+    """An episode that failed (here: its LLM file was missing) is not stored as done: once the file is
+    there, the same command runs it; before the fix ctrlbench replayed the stale failure forever."""
+    pytest.importorskip("recbole")
+    from ctrlsim.backends.bundled import bundled_llm_path
+
+    model = tmp_path / "models" / "probe-llm.gguf"  # not there yet, as a server that is down
+    case = RunnerCase("ctrlbench", ("--methods", "random,base-small", "--recommenders", "popularity",
+                                    "--targets", "War", "--agents", "1,1", "--rounds", "1",
+                                    "--llm", str(model)), keys=2, timing=("timing",))
+    out, env = tmp_path / "run", _env(tmp_path / "cache")
+    first = subprocess.run(_command(case, out), env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 1 and f"no GGUF file at {model}" in first.stdout + first.stderr
+    _, records, _ = read_records(out / "records.jsonl")
+    assert list(records) == ["random|popularity|War|seed=0"]  # the failure is reported, not stored
+    model.parent.mkdir()
+    model.symlink_to(bundled_llm_path("smollm2-135m"))
+    second = subprocess.run(_command(case, out), env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    _, records, order = read_records(out / "records.jsonl")
+    assert sorted(order) == ["base-small|popularity|War|seed=0", "random|popularity|War|seed=0"]
+    assert records["base-small|popularity|War|seed=0"]["llm"]["path"] == str(model)

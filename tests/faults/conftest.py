@@ -1,0 +1,42 @@
+"""The faults suite (issue 14, point 10): bad input and faults a new user meets, each kept fixed by a test.
+
+Every test here asserts either the typed error class and that its message names the offending value
+or file, or that results are identical to an uninterrupted run. Kinds covered, counted per file
+(one kind = one distinct bad input or fault that is tried): 162 in all.
+
+test_data_faults.py (36): bad numbers in every loader (22: timestamps out of range or infinite,
+  ratings NaN/infinite/above the scale/not whole, years not whole or out of range, ages negative or
+  not whole, empty or unknown ML-1M occupations, a Last.fm age that is a word, Amazon ratings and
+  review times, tag votes and genome relevance out of range); the same checks on tables handed to
+  `Dataset.build` (3); an extra field that would shift the columns (3: csv, '::' .dat, RecBole
+  atomic); damaged Amazon files (6: plain file named .gz, truncated gzip, non-UTF-8 bytes, category
+  as a string, null description, unknown `missing_metadata`); `UserState` history "12" and None (2).
+test_env_faults.py (24): likes that are fractions, strings, out of range, the wrong length or a bare
+  string; queries too long, outside the charset or not strings; unknown action keys and non-dict
+  actions; bad `l_init`; reset seeds negative, fractional, strings or bools; bad slate size, budget
+  and render mode; step before reset; step past the budget; unknown or conflicting reset options;
+  an unknown user; bad rosters; a seed history given as one string; a live object handed to
+  `gymnasium.make`; unknown target, task and recommender names; policy failures in a population.
+test_recbole_faults.py (12): cached RecBole metadata without `test_metrics`, `item_tokens`,
+  `model_config` or `format` (4); a NaN test metric, item tokens without padding, a field of the
+  wrong type, a model config without a field the scorer reads (4); metadata that is not JSON or is
+  a list (2); NaN or infinite weights (2).
+test_cache_faults.py (10): response/embedding cache that is not SQLite, has damaged pages, holds a
+  non-JSON value, a JSON value of the wrong shape or a truncated embedding blob (5); a locked cache
+  that must not be taken for a damaged one (1); empty LLM specs "", "   ", "llamacpp:", None (4).
+test_store_faults.py (11): a second writer in the same process and in another process (the lock
+  released by SIGKILL) (2); a duplicate key from a foreign writer; a line torn by a kill; a header
+  that is a list; a line without `key`; a non-JSON line mid-file; a binary file; a folder where the
+  file belongs; another config on the same file; a run folder that is a file (9).
+test_cli_faults.py (64), for each of the five runners (probe, steereval, promptshift, ctrlbench,
+  evolve), exit code 2 naming the value and no LLM/torch/encoder module imported: a negative seed
+  (5); negative or zero counts and out-of-range numbers (21); text where a number belongs (2);
+  unknown names of boxes, tasks, targets, tags, conditions, scenarios, methods, rules (15);
+  repeated list values (10); `--out` under a file and in an unwritable folder (10); two runs on one
+  folder at once, the second refused naming the holder's pid (1).
+test_runner_resume.py (5): SIGKILL after the first record, then a rerun, for each runner; records
+  equal an uninterrupted run's (wall-clock fields named per runner), no key written twice.
+
+Known defect kept visible (xfail, strict): SteerEval's per-record token counts depend on where a
+run was interrupted (a resumed unit re-counts a cached profile an uninterrupted run counted once).
+"""
