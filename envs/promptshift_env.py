@@ -78,7 +78,7 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
     and builds the slice table but neither loads the LLM nor generates anything.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(self, llm: str | LLM = DEFAULT_LLM, *, dataset: Dataset | str = "ml-100k",
                  n_candidates: int = 30, k: int = 20, scenarios: Sequence[str] = SCENARIOS,
