@@ -181,6 +181,7 @@ def protocol_choices(cfg: PromptShiftConfig, data: PromptShiftData) -> dict:
                         f" >= {cfg.match_threshold:g} (fixed)" if cfg.match_threshold is not None else
                         f" >= the threshold of {MATCH_THRESHOLDS} whose matches hit the most validation "
                         "positives (ties: the strictest)"),
+        "title transforms": "fixed (case, accents, punctuation, release year, articles), not selected",
         "duplicates": "a later title matching an item already in the list is dropped",
         "history items in lists": "dropped" if cfg.exclude_history else "kept (as in the paper)",
         "unmatched titles": "SliceShift: " + ("contribute 0 and count in |L|" if cfg.unmatched == "zero"
