@@ -124,7 +124,7 @@ def target_table(config, records: Mapping[str, dict], sizes: Mapping[str, int]) 
 
     t = config.rounds
     groups = _grouped(records, "target", "method")
-    header = ["Target", "|T|"] + [method_label(m) for m in config.all_methods]
+    header = ["Target", "Items"] + [method_label(m) for m in config.all_methods]
     rows = []
     for target in config.targets:
         rows.append([target, sizes.get(target, "-")]
