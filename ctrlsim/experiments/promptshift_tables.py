@@ -54,13 +54,15 @@ from ctrlsim.experiments.promptshift_report import (
     summarise,
     user_conditions,
 )
-from ctrlsim.experiments.runfolder import RunFolder
+from ctrlsim.experiments.runfolder import RunFolder, software_versions
 from ctrlsim.recommenders.llm_lists import DOMAINS, REQUEST, GeneratedList
 from ctrlsim.recommenders.promptshift import PromptShiftEngine
 from ctrlsim.seeding import derive_rng
 
 DEFAULT_RUN_LLM = "qwen2.5-0.5b"
 MOVIE_POSITIVE, PLAY_POSITIVE = 4.0, 2.0  # rating >= 4 (explicit feedback); >= 2 plays (Last.fm)
+# The choices the stored lists depend on (the rest only shape the tables).
+GENERATION_CHOICES = ("domain", "positives", "request sentence", "decoding")
 
 
 @dataclass(frozen=True)
@@ -284,8 +286,13 @@ def run(config: PromptShiftConfig, options: RunOptions | None = None, *,
     choices = protocol_choices(config, data)
     for name, obj in (llms or {}).items():
         worker_cache(llm_cache_name(name, config.llm_cache), _returning(obj))
-    with RunFolder(options.out, {"config": config.identity(), "users": users, "choices": choices},
+    # The records are generated lists, so the folder's identity is what generation depends on; the
+    # other choices only shape the tables, which are always recomputed from the lists.
+    generation = {key: choices[key] for key in GENERATION_CHOICES}
+    with RunFolder(options.out, {"config": config.identity(), "users": users, "generation": generation},
                    overwrite=options.overwrite) as folder:
+        folder.write_json("config.json", {"config": folder.config, "choices": choices,
+                                          "software": software_versions()})
         keys = [f"{name}/{u}" for name in config.llms for u in users if f"{name}/{u}" not in folder.store]
         complete = stop_after_users is None or stop_after_users >= len(keys)
         keys = keys if complete else keys[:stop_after_users]

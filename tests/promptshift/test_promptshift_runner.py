@@ -117,8 +117,9 @@ def test_run_folder_and_resume(smol, tmp_path):
     assert setting["n_users"] == 2 and setting["n_records"] == 2
     assert setting["selection"]["match_threshold"] in (80.0, 85.0, 90.0, 95.0, 100.0)
     assert len(setting["selection"]["b3"]["grid"]) == 27
-    stored = json.loads((out / "config.json").read_text())["config"]
-    assert stored["config"]["users"] == 2 and "phi_bar_s" in stored["choices"] and len(stored["users"]) == 2
+    stored = json.loads((out / "config.json").read_text())
+    assert stored["config"]["config"]["users"] == 2 and len(stored["config"]["users"]) == 2
+    assert "phi_bar_s" in stored["choices"] and stored["config"]["generation"]["domain"] == "movies"
     tables = (out / "tables.md").read_text()
     for head in ("Table 4", "Table 5", "Table 6", "Paraphrase Drift", "Difficulty@4", "PromptShift",
                  "smollm2-135m", "MovieLens 100K", "Frozen on validation"):
