@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -170,8 +170,9 @@ class LLMPopulationPolicy:
         return actions, failed
 
     def _chat(self, agents: list[str], convs: list[list[dict]], slate_size: int, round_no: int):
-        kwargs = {"max_tokens": self.settings.max_tokens, "temperature": self.settings.temperature,
-                  "seed": derive_seed(self.seed, "decision-round", round_no)}
+        kwargs: dict[str, Any] = {"max_tokens": self.settings.max_tokens,
+                                  "temperature": self.settings.temperature,
+                                  "seed": derive_seed(self.seed, "decision-round", round_no)}
         if self.use_schema:
             kwargs["json_schema"] = decision_schema(slate_size)
         try:

@@ -181,7 +181,7 @@ class ProfileGenerator:
         convs = {u: self.conversation(u, items[u]) for u in user_ids}
         tokens = dict.fromkeys(user_ids, 0)
         parsed: dict[str, dict] = {}
-        replies = {}
+        replies: dict[str, str] = {}
         for attempt in (0, 1):
             pending = [u for u in user_ids if u not in parsed]
             if not pending:

@@ -212,7 +212,7 @@ def _recommender(config: CtrlBenchConfig, box: str):
     from ctrlsim.experiments.executor import worker_cache
     from ctrlsim.recommenders import make_recommender
 
-    options = {"mask_shown": True}
+    options: dict[str, Any] = {"mask_shown": True}
     if config.recommender_llm and box == "keyword-bm25":
         options["llm"] = config.recommender_llm
     name = f"recommender:{config.dataset}:{box}:{config.recommender_llm if 'llm' in options else ''}"
@@ -280,6 +280,7 @@ def _population(config: CtrlBenchConfig, method: str, context):
     from ctrlsim.agents.methods import Population, get_method
 
     if method == ROSTER_METHOD:
+        assert config.roster is not None  # checked in CtrlBenchConfig.__post_init__
         artefacts = {"roster_file": str(config.roster), "roster_sha256": _roster_digest(config.roster)}
         return Population(tuple(load_roster(config.roster)), "llm", artefacts=artefacts)
     return get_method(method).builder()(context)
