@@ -2,7 +2,7 @@
 
 Every test here asserts either the typed error class and that its message names the offending value
 or file, or that results are identical to an uninterrupted run. Kinds covered, counted per file
-(one kind = one distinct bad input or fault that is tried): 162 in all.
+(one kind = one distinct bad input or fault that is tried): 163 in all.
 
 test_data_faults.py (36): bad numbers in every loader (22: timestamps out of range or infinite,
   ratings NaN/infinite/above the scale/not whole, years not whole or out of range, ages negative or
@@ -34,8 +34,9 @@ test_cli_faults.py (64), for each of the five runners (probe, steereval, prompts
   unknown names of boxes, tasks, targets, tags, conditions, scenarios, methods, rules (15);
   repeated list values (10); `--out` under a file and in an unwritable folder (10); two runs on one
   folder at once, the second refused naming the holder's pid (1).
-test_runner_resume.py (5): SIGKILL after the first record, then a rerun, for each runner; records
-  equal an uninterrupted run's (wall-clock fields named per runner), no key written twice.
+test_runner_resume.py (6): SIGKILL after the first record, then a rerun, for each runner (5);
+  records equal an uninterrupted run's (wall-clock fields named per runner), no key written twice;
+  a unit that failed because its LLM was missing is retried once the model is there (1).
 
 Known defect kept visible (xfail, strict): SteerEval's per-record token counts depend on where a
 run was interrupted (a resumed unit re-counts a cached profile an uninterrupted run counted once).

@@ -65,7 +65,7 @@ CASES = {
     "evolve": RunnerCase("evolve", ("--agents", "2", "--merges", "1", "--rounds-per-merge", "1",
                                     "--eval-rounds", "1", "--llm", "smollm2-135m", "--recommender",
                                     "popularity", "--debate-max-tokens", "16", "--merge-max-tokens", "64"),
-                         keys=8, timing=("seconds",), kill_when="phases"),
+                         keys=8, timing=("seconds", "cpu_seconds"), kill_when="phases"),
 }
 # Why these are slow (more than ~30 s each on a loaded 2-core machine, three runs each):
 # promptshift's smallest run generates 10 lists and selects thresholds on validation (~50 s a run);
@@ -103,8 +103,8 @@ def _ready_to_kill(case: RunnerCase, out: Path) -> bool:
     if case.kill_when == "phases":  # two loop phases finished (phases.json is written after each)
         phases = out / "phases.json"
         try:
-            return len(json.loads(phases.read_text())) >= 2
-        except (OSError, json.JSONDecodeError):
+            return len(json.loads(phases.read_text())["phases"]) >= 2
+        except (OSError, json.JSONDecodeError, KeyError):
             return False
     records = out / "records.jsonl"
     return records.exists() and len(read_records(records)[1]) >= 1
