@@ -56,7 +56,8 @@ def records(out: Path) -> list:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="qwen2.5-0.5b")
     parser.add_argument("--tag", default="Horror")
     parser.add_argument("--users", type=int, default=2)

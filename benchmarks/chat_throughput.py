@@ -37,7 +37,8 @@ SYSTEM = ("You are a probe testing how controllable a movie recommender is. Each
           "showed you and answer with one JSON action: a search query, the ids of slate items you like, "
           "and whether to stop.")
 GENRES = ["space opera", "romantic comedy", "film noir", "western", "horror", "animated musical",
-          "war drama", "heist thriller", "documentary", "martial arts", "courtroom drama", "road movie", "biopic"]
+          "war drama", "heist thriller", "documentary", "martial arts", "courtroom drama", "road movie",
+          "biopic"]
 
 
 def conversations(n: int) -> list[list[dict]]:
@@ -46,7 +47,8 @@ def conversations(n: int) -> list[list[dict]]:
         genre = GENRES[k % len(GENRES)]
         slate = ", ".join(f"{100 + 7 * k + j}: a {GENRES[(k + j) % len(GENRES)]}" for j in range(3))
         out.append([{"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": f"Target: more {genre} films. Round {k % 5 + 1}. Slate: {slate}."}])
+                    {"role": "user",
+                     "content": f"Target: more {genre} films. Round {k % 5 + 1}. Slate: {slate}."}])
     return out
 
 
@@ -59,7 +61,8 @@ def valid(text: str) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-0.5b")
     parser.add_argument("--batch", type=int, default=26)
     parser.add_argument("--max-tokens", type=int, default=48)

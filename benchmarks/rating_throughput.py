@@ -44,7 +44,8 @@ def prompt(item_text: str) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-0.5b")
     parser.add_argument("--items", type=int, default=40)
     parser.add_argument("--max-tokens", type=int, default=16, help="reply length for generate-and-parse")
@@ -86,7 +87,8 @@ def main() -> None:
         ["B: digit rating, KV cache cleared per item", n / t_separate, n / c_separate, t_separate],
         ["C: generate-and-parse per item (SteerEval)", n / t_generate, n / c_generate, t_generate],
     ]
-    print(f"model={args.model} runtime={llm.identity['runtime']} threads={llm.identity.get('threads')} items={n}")
+    print(f"model={args.model} runtime={llm.identity['runtime']} threads={llm.identity.get('threads')} "
+          f"items={n}")
     print(tabulate(rows, headers=["method", "items/s (wall)", "items/s (CPU)", "seconds"], floatfmt=".2f"))
     print(f"\nratio P/A (parallel sequences vs sequential shared prefix): {t_shared / t_par:.2f}x wall, "
           f"{c_shared / c_par:.2f}x CPU")
@@ -95,7 +97,8 @@ def main() -> None:
     print(f"max |P-A| rating difference: {np.max(np.abs(parallel - shared)):.4f}")
     print(f"max |A-B| rating difference: {np.max(np.abs(shared - separate)):.4f}")
     unparsed = sum(1 for t in texts if not any(c.isdigit() for c in t))
-    print(f"distinct generate-and-parse scores: {len(set(np.round(generated, 3)))} of {n}; unparsable replies: {unparsed}")
+    print(f"distinct generate-and-parse scores: {len(set(np.round(generated, 3)))} of {n}; "
+          f"unparsable replies: {unparsed}")
     print(f"distinct digit-rating scores: {len(set(np.round(shared, 3)))} of {n}")
 
 

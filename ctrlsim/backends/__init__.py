@@ -3,7 +3,13 @@
 `load_llm(spec)` and `load_encoder(spec)` pick runtime and model from one
 string. Runtime modules (llama.cpp, transformers, vLLM) import lazily.
 """
-from ctrlsim.backends.bundled import BUNDLED_LLMS, DEFAULT_ENCODER, DEFAULT_LLM, SMALLEST_LLM, available_models
+from ctrlsim.backends.bundled import (
+    BUNDLED_LLMS,
+    DEFAULT_ENCODER,
+    DEFAULT_LLM,
+    SMALLEST_LLM,
+    available_models,
+)
 from ctrlsim.backends.cache import ResponseCache
 from ctrlsim.backends.encoders import Encoder, load_encoder
 from ctrlsim.backends.llm import LLM, Completion, expected_rating, parse_first_number

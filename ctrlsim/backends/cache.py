@@ -53,7 +53,8 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False)
         try:
-            conn.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (key TEXT PRIMARY KEY, {self.value_column})")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {self.table} "
+                         f"(key TEXT PRIMARY KEY, {self.value_column})")
             conn.execute(f"SELECT key FROM {self.table} LIMIT 1").fetchall()
             conn.commit()
         except sqlite3.Error:

@@ -161,8 +161,8 @@ class SentenceTransformerEncoder(Encoder):
                 return SentenceTransformer(self.source, device=default_device(self.device))
         except OSError as exc:
             raise ModelNotFoundError(
-                f"cannot load encoder {self.spec.model!r}: {exc}. It needs a local copy (path or Hugging Face "
-                "cache) or network access to the hub; the offline default is 'minilm'.") from exc
+                f"cannot load encoder {self.spec.model!r}: {exc}. It needs a local copy (path or "
+                "Hugging Face cache) or network access to the hub; the offline default is 'minilm'.") from exc
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         return self.model.encode(texts, batch_size=len(texts), convert_to_numpy=True, show_progress_bar=False)
@@ -186,7 +186,8 @@ class TransformersEncoder(Encoder):
 
     @property
     def tokenizer(self):
-        self.model  # loads both
+        if self._tokenizer is None:
+            self._model = self._load()  # loads both
         return self._tokenizer
 
     def _load(self):
@@ -198,8 +199,8 @@ class TransformersEncoder(Encoder):
                 return transformers.AutoModel.from_pretrained(self.source).to(self.device).eval()
         except OSError as exc:
             raise ModelNotFoundError(
-                f"cannot load encoder {self.spec.model!r}: {exc}. It needs a local copy (path or Hugging Face "
-                "cache) or network access to the hub; the offline default is 'minilm'.") from exc
+                f"cannot load encoder {self.spec.model!r}: {exc}. It needs a local copy (path or "
+                "Hugging Face cache) or network access to the hub; the offline default is 'minilm'.") from exc
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         torch = import_torch()

@@ -57,6 +57,10 @@ class TransformersLLM(LLM):
             self._load()
         return self._model
 
+    def _ensure_loaded(self) -> None:
+        if self._model is None:
+            self._load()
+
     def _load(self) -> None:
         transformers = _import_transformers()
         torch = import_torch()
@@ -70,8 +74,8 @@ class TransformersLLM(LLM):
                     str(model), dtype=torch_dtype, **extra).to(self.device).eval()
         except OSError as exc:
             raise ModelNotFoundError(
-                f"transformers could not load {model!r}: {exc}. Pass a local folder (or GGUF with gguf_file=), "
-                "or allow network access to the Hugging Face hub.") from exc
+                f"transformers could not load {model!r}: {exc}. Pass a local folder (or GGUF with "
+                "gguf_file=), or allow network access to the Hugging Face hub.") from exc
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"  # generation and last-position logits need left padding
@@ -106,7 +110,8 @@ class TransformersLLM(LLM):
             for _, enc in self._batches(texts):
                 gen = self.model.generate(
                     **enc, max_new_tokens=params.max_tokens, do_sample=sample,
-                    temperature=params.temperature if sample else None, top_p=params.top_p if sample else None,
+                    temperature=params.temperature if sample else None,
+                    top_p=params.top_p if sample else None,
                     top_k=None, pad_token_id=self.tokenizer.pad_token_id,
                     stop_strings=list(params.stop) or None, tokenizer=self.tokenizer)
                 prompt_len = enc["input_ids"].shape[1]
@@ -122,7 +127,7 @@ class TransformersLLM(LLM):
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
         torch = import_torch()
-        self.model  # load before reading the digit ids
+        self._ensure_loaded()  # the digit ids come with the tokenizer
         texts = [self.render(c, prefix) for c in conversations]
         out: list[DigitScores] = []
         with torch_threads(self.threads), torch.inference_mode():

@@ -65,7 +65,8 @@ class LlamaCppLLM(LLM):
 
     @property
     def identity(self) -> dict:
-        return {**super().identity, "path": str(self.model_path), "sha256": self.sha256, "threads": self.n_threads}
+        return {**super().identity, "path": str(self.model_path), "sha256": self.sha256,
+                "threads": self.n_threads}
 
     def cache_identity(self) -> str:
         if self.sha256:
@@ -95,7 +96,8 @@ class LlamaCppLLM(LLM):
         template = llm.metadata.get("tokenizer.chat_template")
         if not template:
             llm.close()
-            raise ModelError(f"{self.model_path} has no chat template in its GGUF metadata; it is not a chat model")
+            raise ModelError(f"{self.model_path} has no chat template in its GGUF metadata; "
+                             "it is not a chat model")
         # Detokenize specials with special=True, else the EOS string is empty and generation stops at once.
         eos = llm.detokenize([llm.token_eos()], special=True).decode("utf-8", "ignore")
         bos_id = llm.token_bos()
@@ -125,7 +127,7 @@ class LlamaCppLLM(LLM):
     # --------------------------------------------------------------- prompts
     def render(self, conversation: Conversation, assistant_prefix: str = "") -> str:
         """The model's chat template applied, ready for the assistant's turn (plus a prefix)."""
-        self._llm  # the template comes from the GGUF metadata
+        self._llm.metadata  # noqa: B018 - loads the model: the template comes from its GGUF metadata
         return self._formatter(messages=conversation).prompt + assistant_prefix
 
     def tokenize(self, text: str) -> list[int]:
@@ -153,7 +155,8 @@ class LlamaCppLLM(LLM):
             return self._generate_parallel(conversations, params)
         return self._generate_sequential(conversations, params)
 
-    def _generate_sequential(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
+    def _generate_sequential(self, conversations: list[Conversation],
+                             params: GenerationParams) -> list[Completion]:
         grammar = self.grammar_for(params.json_schema) if params.json_schema is not None else None
         out = []
         for conv in conversations:
@@ -173,7 +176,8 @@ class LlamaCppLLM(LLM):
                                   choice.get("finish_reason") or "stop"))
         return out
 
-    def _generate_parallel(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
+    def _generate_parallel(self, conversations: list[Conversation],
+                           params: GenerationParams) -> list[Completion]:
         """Greedy replies decoded side by side; same stopping rules as `create_completion`."""
         if not conversations:
             return []
@@ -182,7 +186,8 @@ class LlamaCppLLM(LLM):
         limits = [min(params.max_tokens, self.n_ctx - len(t)) for t in token_lists]
         grammar = self.grammar_for(params.json_schema) if params.json_schema is not None else None
         try:
-            replies = self._parallel_context().generate(token_lists, limits, stop=params.stop, grammar=grammar)
+            replies = self._parallel_context().generate(token_lists, limits, stop=params.stop,
+                                                        grammar=grammar)
         except RuntimeError as exc:
             raise ModelError(f"llama.cpp parallel generation failed: {exc}") from exc
         return [Completion(r.text.decode("utf-8", errors="ignore"), len(t), len(r.tokens), r.finish_reason)

@@ -262,7 +262,7 @@ class ParallelContext:
             choosers: dict[int, GreedyChooser] = {}
             chosen: dict[int, int] = {}
 
-            def choose(key: int, index: int) -> None:
+            def choose(key: int, index: int, chosen=chosen, choosers=choosers) -> None:
                 chosen[key] = choosers[key].choose(self.logits(index, copy=False))
 
             try:
@@ -292,8 +292,8 @@ class ParallelContext:
         """One sampled token, with create_completion's end-of-generation, stop-string and length rules."""
         llama = self._llama
         if self._lib.llama_vocab_is_eog(llama._model.vocab, token):
-            reply.text, reply.finish_reason, reply.done = llama.detokenize(reply.tokens, prev_tokens=prompt), \
-                "stop", True
+            reply.text = llama.detokenize(reply.tokens, prev_tokens=prompt)
+            reply.finish_reason, reply.done = "stop", True
             return
         reply.tokens.append(token)
         text = llama.detokenize(reply.tokens, prev_tokens=prompt)

@@ -201,9 +201,10 @@ class LLM(ABC):
             raise ConfigError(f"temperature must be >= 0, got {temperature}")
         schema_text = canonical_schema(json_schema)
         if schema_text is not None and not self.supports_json_schema:
-            raise ConfigError(f"the {self.runtime} runtime ({self.model_id}) cannot constrain replies to a JSON "
-                              "schema; check `supports_json_schema` before passing json_schema")
-        params = GenerationParams(max_tokens, float(temperature), float(top_p), seed, tuple(stop), schema_text)
+            raise ConfigError(f"the {self.runtime} runtime ({self.model_id}) cannot constrain replies to a "
+                              "JSON schema; check `supports_json_schema` before passing json_schema")
+        params = GenerationParams(max_tokens, float(temperature), float(top_p), seed, tuple(stop),
+                                  schema_text)
         keys = self._keys(keys, len(conversations))
         results: list[Completion | None] = [None] * len(conversations)
         cache_keys = self._cache_keys("chat", conversations, params.cache_params()) \
@@ -219,7 +220,8 @@ class LLM(ABC):
             if cache_keys is not None and self.cache is not None:
                 self.cache.put_many({cache_keys[i]: results[i].to_dict() for i in todo})
         for completion, key in zip(results, keys):
-            self.meter.add(completion.prompt_tokens, completion.completion_tokens, key=key, cached=completion.cached)
+            self.meter.add(completion.prompt_tokens, completion.completion_tokens, key=key,
+                           cached=completion.cached)
         return results  # type: ignore[return-value]
 
     def rate(self, conversations: Sequence[Conversation], *, prefix: str = RATING_PREFIX,
@@ -277,7 +279,7 @@ class LLM(ABC):
         return [cache_key(self.cache_identity(), kind, conv, params) for conv in conversations]
 
     def _cached(self, cache_keys: list[str], fields: tuple[str, ...]) -> dict[int, dict]:
-        """Cached values by position; a value without exactly `fields` counts as a miss (and is recomputed)."""
+        """Cached values by position; a value without exactly `fields` is a miss (and is recomputed)."""
         if self.cache is None:
             return {}
         found = self.cache.get_many(cache_keys)

@@ -60,7 +60,8 @@ class VLLMLLM(LLM):
         super().__init__(model_id or model, **kwargs)
         self.top_logprobs = top_logprobs
         self._engine_options = {"model": model, "enable_prefix_caching": True, "seed": seed,
-                                "gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len}
+                                "gpu_memory_utilization": gpu_memory_utilization,
+                                "max_model_len": max_model_len}
         self._engine = None  # started on the first call the response cache cannot answer
 
     @property
@@ -82,7 +83,7 @@ class VLLMLLM(LLM):
         return self._engine
 
     def render(self, conversation: Conversation, assistant_prefix: str = "") -> str:
-        self.engine  # the chat template comes with the engine's tokenizer
+        self.engine.get_tokenizer()  # starts the engine: the chat template comes with its tokenizer
         return self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True) \
             + assistant_prefix
 

@@ -4,7 +4,6 @@ import pytest
 from ctrlsim.backends import ResponseCache, TokenMeter
 from ctrlsim.errors import ConfigError
 
-
 CONV = [{"role": "user", "content": "Name a colour."}]
 
 

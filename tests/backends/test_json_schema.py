@@ -23,7 +23,8 @@ ACTION_SCHEMA = {
 
 def probe_turn(goal):
     return [{"role": "system", "content": "You control a movie recommender. Reply with one JSON action."},
-            {"role": "user", "content": f"Goal: {goal}. Give a search query, liked item ids and whether to stop."}]
+            {"role": "user",
+             "content": f"Goal: {goal}. Give a search query, liked item ids and whether to stop."}]
 
 
 def test_constrained_replies_parse_and_match_the_schema(smol):

@@ -4,7 +4,6 @@ import pytest
 
 from ctrlsim.backends.llm import expected_rating, parse_first_number
 
-
 SCIFI = ["Star Wars (1977), (Action, Adventure, Sci-Fi)", "Alien (1979), (Horror, Sci-Fi)",
          "The Matrix (1999), (Action, Sci-Fi)", "Blade Runner (1982), (Film-Noir, Sci-Fi)",
          "Star Trek: First Contact (1996), (Action, Adventure, Sci-Fi)"]

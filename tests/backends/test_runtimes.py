@@ -16,7 +16,6 @@ from ctrlsim.backends.vllm_backend import gpu_unavailable_reason
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelNotFoundError
 
 
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -23,7 +23,8 @@ def test_a_file_that_is_not_sqlite_is_moved_aside_and_replaced(tmp_path):
     path.write_bytes(b"this is not a database, just text that happens to be here" * 40)
     with pytest.warns(CacheCorruptionWarning, match=str(path)):
         cache = ResponseCache(path)
-    assert cache.recovered_from is not None and cache.recovered_from.name.startswith("responses.sqlite.corrupt-")
+    assert cache.recovered_from is not None
+    assert cache.recovered_from.name.startswith("responses.sqlite.corrupt-")
     assert cache.recovered_from.read_bytes().startswith(b"this is not a database")  # kept for inspection
     cache.put_many({"k": {"x": 1}})
     assert cache.get_many(["k"]) == {"k": {"x": 1}}
@@ -61,7 +62,8 @@ def test_non_json_value_is_deleted_and_recomputed(tmp_path, smol):
         with pytest.warns(CacheCorruptionWarning, match=f"{path}.*could not be read"):
             again = smol.chat(QUESTION, max_tokens=6)[0]
         assert not again.cached and again.text == first.text
-        assert json.loads(cache._conn.execute("SELECT value FROM responses").fetchone()[0])["text"] == first.text
+        stored = cache._conn.execute("SELECT value FROM responses").fetchone()[0]
+        assert json.loads(stored)["text"] == first.text
     finally:
         smol.cache = None
         cache.close()
