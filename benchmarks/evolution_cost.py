@@ -72,7 +72,9 @@ def measure(args) -> tuple[dict, dict]:
     phases = dict(result["phases"])
     evaluation = result["evaluation"]
     if evaluation:
-        phases["evaluate"] = {"seconds": evaluation["seconds"], "tokens": evaluation["tokens"]}
+        phases["evaluate"] = {
+            k: evaluation[k] for k in ("seconds", "cpu_seconds", "tokens") if k in evaluation
+        }
     clusters = [json.loads((out / f"clusters_g{g}.json").read_text()) for g in range(args.merges)]
     debating = sum(len(m) for c in clusters for m in c["members"] if len(m) >= 2)
     total = sum(len(c["probe_ids"]) for c in clusters)
