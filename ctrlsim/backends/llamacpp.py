@@ -13,6 +13,7 @@ fresh KV cache, so a seeded reply does not depend on what else was in the batch.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,8 @@ class LlamaCppLLM(LLM):
     def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
                  n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
                  parallel_ctx: int | None = None, **kwargs):
-        _import_llama_cpp()  # a missing runtime is reported now, not at the first call
+        if importlib.util.find_spec("llama_cpp") is None:  # reported now; imported on the first call
+            raise MissingDependencyError("llama_cpp", "llm", "GGUF models")
         model_path = Path(model_path)
         if not model_path.is_file():
             raise ModelError(f"GGUF file not found: {model_path}")
