@@ -51,7 +51,7 @@ def test_config_round_trips_and_cli_defaults_are_the_dataclass_defaults():
 
 @pytest.mark.llm
 def test_runner_writes_incrementally_and_resumes(tmp_path, monkeypatch, smol):
-    cfg = T.SteerEvalConfig(llm="smollm2-135m", users=1, tags=("Horror",), pool_size=6,
+    cfg = T.SteerEvalConfig(llm="smollm2-135m", users=1, tags=("Horror",), pool_size=6, history_len=8,
                             conditions=("default", "embedding"))
     options = RunOptions(out=str(tmp_path / "se"))
     first = T.run_steereval(cfg, options, llm=smol, show_progress=False)
@@ -113,3 +113,26 @@ def test_no_ranker_input_names_the_steered_tag_outside_the_oracle(ml100k, smol, 
                 assert leaks  # the named leaky variant does show tags
             else:
                 assert leaks == []
+
+
+def test_side_tables_attach_descriptions_and_renamed_trigger_tags(tmp_path, ml100k):
+    ids = list(ml100k.item_ids[:4])
+    descriptions = tmp_path / "overviews.csv"
+    descriptions.write_text("item_id,overview\n" + "".join(f"{i},Plot of item {i}.\n" for i in ids))
+    votes = tmp_path / "ddd.csv"
+    votes.write_text("item_id,topic,yes,no\n"
+                     f"{ids[0]},Does the dog die?,8,1\n"     # 89% yes: applies
+                     f"{ids[1]},Does the dog die?,3,1\n"     # 75%: not above the threshold
+                     f"{ids[2]},Is there cannibalism?,4,0\n")
+    cfg = T.SteerEvalConfig(descriptions=str(descriptions), trigger_votes=str(votes),
+                            tags=("Does the dog die?", "Is there cannibalism?", "Horror"))
+    ds, tags, phrases, items = T.prepare_dataset(cfg)
+    assert phrases == {"Does the dog die?": "the dog dies", "Is there cannibalism?": "there is cannibalism",
+                       "Horror": "Horror"}
+    assert set(ds.items_with_tag("Does the dog die?")) == {ids[0]}
+    assert items == frozenset(ids)  # only described items are used (the paper drops the others)
+    keep_all = T.SteerEvalConfig(descriptions=str(descriptions), drop_undescribed=False)
+    assert T.prepare_dataset(keep_all)[3] is None
+    kept_names = T.prepare_dataset(T.SteerEvalConfig(trigger_votes=str(votes), rename_triggers=False,
+                                                     tags=("Does the dog die?",)))[2]
+    assert kept_names == {"Does the dog die?": "Does the dog die?"}

@@ -77,7 +77,7 @@ def test_oracle_text_states_tag_relevance(ml100k):
 
 @pytest.fixture(scope="module")
 def small_env(ml100k, smol):
-    return SteerEvalEnv(dataset=ml100k, llm=smol, pool_size=6, tags=["Horror", "Romance"])
+    return SteerEvalEnv(dataset=ml100k, llm=smol, pool_size=6, history_len=8, tags=["Horror", "Romance"])
 
 
 # check_env runs for every registered env in tests/envs/test_api_compliance.py
