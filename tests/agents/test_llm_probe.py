@@ -75,7 +75,7 @@ def test_cached_replay_gives_identical_trajectories_and_tokens(ml100k, smol, per
             env = PopulationEnv(pop_rec, n_agents=3, target="War", budget=3, token_meter=meter)
             cached_before = smol.meter.total.cached_calls
             trace = play_population(env, Population(tuple(personas[:3])), seed=5, target=("War",), llm=smol,
-                                    meter=meter, settings=DecisionSettings(temperature=0.7))
+                                    meter=meter)
             runs.append((trace.to_dict(), smol.meter.total.cached_calls - cached_before))
         assert runs[0][0] == runs[1][0]
         assert runs[0][1] == 0 and runs[1][1] == 9  # second run: all 3 probes x 3 rounds from the cache
