@@ -95,7 +95,10 @@ class TargetDiscovery(Task):
     def population_metrics(self, records) -> dict[str, float]:
         likes = [r.likes for r in records]
         return {"coverage": M.coverage(likes, self.target),
-                "efficiency": M.exploration_efficiency(likes, self.target),
+                # `efficiency` as the paper's code computes it; Table 5's literal formula beside it
+                # (see `target_exploration_efficiency` for why the two differ).
+                "efficiency": M.target_exploration_efficiency(likes, self.target),
+                "efficiency_all_likes": M.exploration_efficiency(likes, self.target),
                 **super().population_metrics(records)}
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from ctrlsim.agents import RandomProbe, TargetSeekingProbe
-from ctrlsim.envs import PopulationEnv, ProbeEnv, ProbeRecord, ProbeSpec
+from ctrlsim.envs import PopulationEnv, ProbeEnv, ProbeRecord, ProbeSpec, TargetDiscovery
 from ctrlsim.envs.ceiling import controllability_ceiling
 from ctrlsim.envs.roster import default_roster
 
@@ -210,3 +210,17 @@ def test_ceiling_bounds_reachability(emb_rec, ml100k):
 def test_probe_record_history():
     rec = ProbeRecord(("1", "2"), likes=["3"])
     assert rec.history == ("1", "2", "3")
+
+
+def test_target_discovery_reports_both_efficiencies(ml100k):
+    """Hand-computed: 3 probes, target likes 2 + 1 + 0 over 2 distinct targets; 6 likes in all."""
+    task = TargetDiscovery(ml100k, "Film-Noir")
+    noir = sorted(task.target)[:2]
+    other = [i for i in ml100k.item_ids if i not in task.target][:3]
+    records = [ProbeRecord(seed_history=(), likes=[noir[0], noir[1], other[0]]),
+               ProbeRecord(seed_history=(), likes=[noir[0], other[1]]),
+               ProbeRecord(seed_history=(), likes=[other[2]])]
+    metrics = task.population_metrics(records)
+    assert metrics["efficiency"] == 3 / 2          # target likes per distinct target (paper's code)
+    assert metrics["efficiency_all_likes"] == 6 / 2  # Table 5's literal formula
+    assert metrics["coverage"] == 2 / len(task.target)
