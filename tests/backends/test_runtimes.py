@@ -33,7 +33,8 @@ def llama_server(tmp_path_factory):
     port = _free_port()
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     log = open(log_path, "wb")  # a file, not a pipe: an unread pipe fills up and blocks the server
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+                             "--host", "127.0.0.1",
                              "--port", str(port), "--n_threads", "1", "--n_ctx", "2048"],
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
