@@ -88,9 +88,6 @@ class Encoder(ABC):
     def cache_identity(self) -> str:
         return repr(self.identity)
 
-    def __deepcopy__(self, memo) -> "Encoder":
-        return self  # a loaded model is shared, not copied (see LLM.__deepcopy__)
-
     @property
     def loaded(self) -> bool:
         """Whether the weights are in memory (they load on the first text the caches cannot answer)."""

@@ -170,11 +170,6 @@ class LLM(ABC):
         """What actually ran; recorded with every result."""
         return {"runtime": self.runtime, "model": self.model_id}
 
-    def __deepcopy__(self, memo) -> "LLM":
-        # A loaded model is a shared resource: copies of configs that hold it (gymnasium.make
-        # deep-copies env kwargs) share the handle instead of failing on its locks.
-        return self
-
     # -------------------------------------------------------------- runtimes
     @abstractmethod
     def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
