@@ -25,7 +25,9 @@ def pools(ml100k):
 
 def test_nl_profile_llm_ranker_follows_the_profile(ml100k, qwen05, pools):
     horror, pool = pools
-    rec = make_recommender("nl-profile", ml100k, llm=qwen05)
+    # Item text is tag-free by default (SteerEval); from titles alone qwen2.5-0.5b puts only 4 of 10
+    # horror movies on top, so this checks the ranker with the genres shown (show_tags=True).
+    rec = make_recommender("nl-profile", ml100k, llm=qwen05, show_tags=True)
     slate = rec.recommend([UserState(profile=HORROR_FAN)], 10, candidates=pool)[0]
     assert share(slate.item_ids, horror) > 0.5
     assert rec.identity["llm"]["model"] == "qwen2.5-0.5b" and rec.identity["rating"] == "digits"
@@ -56,8 +58,7 @@ def test_nl_profile_generate_and_parse_option(ml100k, smol, pools):
 
 def test_profile_prompt_follows_steereval(ml100k):
     block = item_block(ml100k.item("1"), 4.0)
-    assert block.startswith("Movie Title: Toy Story\nMovie Description:")
-    assert block.endswith("User Rating: 4.0")
+    assert block == "Movie Title: Toy Story (1995)\nUser Rating: 4.0"  # tag-free; ml-100k has no descriptions
     assert "5-6 sentences" in PROFILE_PARAGRAPH
 
 
