@@ -287,6 +287,13 @@ class SteerEvalEnv(gym.Env[dict, str]):
         tie_order = derive_rng(self.tie_seed, "steereval-ties", sc.user_id, sc.tag).permutation(len(sc.pool))
         return rank_pool(sc.pool, scores, tie_order)
 
+    def original_ranking(self, sc: Scenario) -> list[str]:
+        """The pool ranked for the original profile (computed once per user, tag, pool and style)."""
+        key = (sc.user_id, sc.tag, tuple(sc.pool), self.recommender_options["profile_style"])
+        if key not in self._original_rankings:
+            self._original_rankings[key] = self.rank(self.original_profile(sc), sc)
+        return self._original_rankings[key]
+
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         super().reset(seed=seed)
         sc = (options or {}).get("scenario") or self.sample_scenario()
@@ -316,10 +323,7 @@ class SteerEvalEnv(gym.Env[dict, str]):
                                 "to_observation_text() makes free text valid")
         sc = self.scenario
         original = self.original_profile(sc)
-        key = (sc.user_id, sc.tag, tuple(sc.pool), self.recommender_options["profile_style"])
-        if key not in self._original_rankings:
-            self._original_rankings[key] = self.rank(original, sc)
-        before = self._original_rankings[key]
+        before = self.original_ranking(sc)
         after = self.rank(action, sc)
         info = steereval_figures(before, after, sc.relevant, sc.next_item, self.k)
         info["edit_problems"] = edit_problems(original, action, self.tag_phrase(sc.tag))

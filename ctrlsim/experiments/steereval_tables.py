@@ -286,8 +286,9 @@ def run_steereval(config: SteerEvalConfig, options: RunOptions | None = None, *,
     with RunFolder(out, config_to_dict(config), overwrite=options.overwrite) as folder:
         folder.write_json("choices.json", choices)
         store = folder.store
-        todo = [(cond, sc) for sc in scenarios for cond in config.conditions
-                if record_key(cond, sc) not in store]
+        units = [(cond, sc) for sc in scenarios for cond in config.conditions]
+        owners = shared_work_owners(units)
+        todo = [(cond, sc) for cond, sc in units if record_key(cond, sc) not in store]
         if todo:
             model = llm if llm is not None else load_llm(config.llm, cache=out / "llm-cache.sqlite")
             identity = model.identity
@@ -298,21 +299,37 @@ def run_steereval(config: SteerEvalConfig, options: RunOptions | None = None, *,
                 cond = CONDITIONS[cond_name]
                 env = envs.get(cond.env_key) or envs.setdefault(cond.env_key, make_env(cond, model))
                 policy = policies.get(cond.intervention) or TemplateAppend(cond.emphasis)
-                used = model.meter.total
+                # Work shared by several units (profile, original ranking, the LLM-append sentence)
+                # counts towards the first unit that needs it in the full order, so the token totals
+                # do not depend on where an earlier run was interrupted (a resume replays it from cache).
+                key = record_key(cond_name, sc)
+                meter = model.meter
+                marks = [meter.total]
+                env.original_profile(sc)
+                marks.append(meter.total)
+                env.original_ranking(sc)
+                marks.append(meter.total)
                 obs, info = env.reset(options={"scenario": sc})
                 steered = to_observation_text(policy.act(obs, info))
+                marks.append(meter.total)
                 _, reward, _, _, figures = env.step(steered)
-                spent = model.meter.total
+                marks.append(meter.total)
+                shared = [owners[("profile", cond.env_key, sc.user_id)] == key,
+                          owners[("ranking", cond.env_key, sc.user_id, sc.tag)] == key,
+                          cond.intervention != "llm-append"
+                          or owners[("append", sc.tag, sc.direction)] == key, True]
+                counted = [(b.prompt_tokens - a.prompt_tokens, b.completion_tokens - a.completion_tokens)
+                           for a, b, keep in zip(marks, marks[1:], shared) if keep]
                 record = {"condition": cond_name, "tag": sc.tag, "tag_kind": sc.tag_kind,
                           "direction": sc.direction, "user": sc.user_id, "reward": reward,
                           "llm": identity, **figures,
-                          "tokens": {"prompt": spent.prompt_tokens - used.prompt_tokens,
-                                     "completion": spent.completion_tokens - used.completion_tokens}}
+                          "tokens": {"prompt": sum(p for p, _ in counted),
+                                     "completion": sum(c for _, c in counted)}}
                 if cond.intervention in LLM_WRITTEN:
                     record["original_profile"] = info["original_profile"]
                 else:
                     record.pop("steered_profile")
-                store.add(record_key(cond_name, sc), record)
+                store.add(key, record)
                 bar.set_postfix(condition=cond_name)
         records = [r for _, r in store.records()]
         result = {"config": config_to_dict(config), "choices": choices, "short_tags": short,
@@ -344,6 +361,18 @@ def tables_from_folder(out: str | Path) -> str:
     result = {"records": rows, "llm": rows[0]["llm"] if rows else config.llm, "short_tags": {},
               "tokens": token_totals(rows)}
     return format_tables(result, config)
+
+
+def shared_work_owners(units: list[tuple[str, Any]]) -> dict[tuple, str]:
+    """The unit (record key) that pays for each piece of shared work: the first in `units` needing it."""
+    owners: dict[tuple, str] = {}
+    for cond_name, sc in units:
+        cond, key = CONDITIONS[cond_name], record_key(cond_name, sc)
+        owners.setdefault(("profile", cond.env_key, sc.user_id), key)
+        owners.setdefault(("ranking", cond.env_key, sc.user_id, sc.tag), key)
+        if cond.intervention == "llm-append":
+            owners.setdefault(("append", sc.tag, sc.direction), key)
+    return owners
 
 
 def record_key(condition: str, sc) -> str:

@@ -38,6 +38,6 @@ test_runner_resume.py (6): SIGKILL after the first record, then a rerun, for eac
   records equal an uninterrupted run's (wall-clock fields named per runner), no key written twice;
   a unit that failed because its LLM was missing is retried once the model is there (1).
 
-Known defect kept visible (xfail, strict): SteerEval's per-record token counts depend on where a
-run was interrupted (a resumed unit re-counts a cached profile an uninterrupted run counted once).
+SteerEval's per-record token counts no longer depend on where a run was interrupted (shared work
+counts towards its first unit); the xfail check stays for any runner that declares such fields.
 """

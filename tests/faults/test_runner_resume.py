@@ -46,13 +46,12 @@ CASES = {
     # units: episode, then ceiling (a 2000-state beam search: seconds, so the kill lands in it)
     "probe": RunnerCase("probe", ("--recommender", "popularity", "--agents", "4", "--rounds", "8",
                                   "--ceiling-states", "2000"), keys=2, timing=("seconds",)),
-    # units: one user x Horror x (increase, decrease); the profile is written in the first unit.
-    # Known defect: a unit resumed without the user's profile in memory asks the LLM for it again
-    # (a free cache replay) and counts its tokens again, so `tokens` depends on the interruption.
+    # units: one user x Horror x (increase, decrease); the profile is written in the first unit, which
+    # also pays its tokens after a resume (shared work counts towards its first unit).
     "steereval": RunnerCase("steereval", ("--llm", "smollm2-135m", "--users", "1", "--tags", "Horror",
                                           "--pool-size", "2", "--history-len", "3", "--min-ratings", "4",
                                           "--conditions", "default", "--table8-samples", "1"),
-                            keys=2, timing=(), history_dependent=("tokens",)),
+                            keys=2, timing=()),
     # units: random (no LLM, first), then base-small (LLM probes): the kill lands in the LLM episode
     "ctrlbench": RunnerCase("ctrlbench", ("--methods", "random,base-small", "--recommenders", "popularity",
                                           "--targets", "War", "--agents", "1,1", "--rounds", "2",
