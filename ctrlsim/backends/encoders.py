@@ -11,6 +11,7 @@ Spec: a bundled/alias name (minilm, bge, twhin-bert, mxbai), `st:<id|path>`,
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -243,6 +244,6 @@ def load_encoder(spec: str = "minilm", *, threads: int | None = 1, device: str |
     name, resolved = resolve_encoder_spec(spec)
     overrides = {k: options.pop(k) for k in ("query_prefix", "passage_prefix", "pooling") if k in options}
     if overrides:
-        resolved = EncoderSpec(**{**resolved.__dict__, **overrides})
+        resolved = dataclasses.replace(resolved, **overrides)
     cls = SentenceTransformerEncoder if resolved.runtime == "st" else TransformersEncoder
     return cls(name, resolved, threads=threads, device=device, cache=cache, **options)

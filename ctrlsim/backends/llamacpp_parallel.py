@@ -196,14 +196,14 @@ class ParallelContext:
             for offset, token in enumerate(run.tokens):
                 if n == self.n_batch:
                     flush()
-                wants = run.key is not None and offset == len(run.tokens) - 1
+                output_key = run.key if offset == len(run.tokens) - 1 else None
                 batch.token[n] = token
                 batch.pos[n] = run.start + offset
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = run.seq
-                batch.logits[n] = wants
-                if wants:
-                    pending.append((run.key, n))
+                batch.logits[n] = output_key is not None
+                if output_key is not None:
+                    pending.append((output_key, n))
                 n += 1
         flush()
 
@@ -273,14 +273,15 @@ class ParallelContext:
                               for i in group.members], choose)
                 active = list(group.members)
                 while active:
-                    runs = []
+                    runs, unfinished = [], []
                     for i in active:
                         token = chosen.pop(i)
                         self._advance(replies[i], token, token_lists[i], limits[i], stops)
                         if not replies[i].done:
                             position = len(token_lists[i]) + len(replies[i].tokens) - 1
                             runs.append(Run(worker[i], [token], position, key=i))
-                    active = [run.key for run in runs]
+                            unfinished.append(i)
+                    active = unfinished
                     self._decode(runs, choose)
             finally:
                 for chooser in choosers.values():

@@ -14,7 +14,7 @@ import re
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 import numpy as np
 
@@ -153,6 +153,17 @@ def digit_logprobs_from_logits(logits: np.ndarray, digit_ids: list[list[int]]) -
     return out
 
 
+T = TypeVar("T")
+
+
+def _all_filled(slots: list[T | None]) -> list[T]:
+    """The results once cache hits and fresh replies have filled every slot."""
+    filled = [value for value in slots if value is not None]
+    if len(filled) != len(slots):
+        raise ModelError(f"the runtime returned {len(slots) - len(filled)} result(s) too few")
+    return filled
+
+
 class LLM(ABC):
     """Base class: batching, caching and metering around a runtime's two primitives."""
 
@@ -213,11 +224,13 @@ class LLM(ABC):
             for i, completion in zip(todo, fresh):
                 results[i] = completion
             if cache_keys is not None and self.cache is not None:
-                self.cache.put_many({cache_keys[i]: results[i].to_dict() for i in todo})
-        for completion, key in zip(results, keys):
+                self.cache.put_many({cache_keys[i]: completion.to_dict()
+                                     for i, completion in zip(todo, fresh)})
+        completions = _all_filled(results)
+        for completion, key in zip(completions, keys):
             self.meter.add(completion.prompt_tokens, completion.completion_tokens, key=key,
                            cached=completion.cached)
-        return results  # type: ignore[return-value]
+        return completions
 
     def rate(self, conversations: Sequence[Conversation], *, prefix: str = RATING_PREFIX,
              keys: Sequence[str | None] | None = None) -> np.ndarray:
@@ -241,11 +254,13 @@ class LLM(ABC):
                 scores[i] = s
             if self.cache is not None:
                 self.cache.put_many({cache_keys[i]: {"logprobs": [float(x) if np.isfinite(x) else -1e30
-                                                                   for x in scores[i].logprobs],
-                                                     "prompt_tokens": scores[i].prompt_tokens} for i in todo})
-        for s, key, cached in zip(scores, keys, cached_flags):
+                                                                   for x in s.logprobs],
+                                                     "prompt_tokens": s.prompt_tokens}
+                                     for i, s in zip(todo, fresh)})
+        filled = _all_filled(scores)
+        for s, key, cached in zip(filled, keys, cached_flags):
             self.meter.add(s.prompt_tokens, 1, key=key, cached=cached)
-        return np.array([expected_rating(s.logprobs) for s in scores], dtype=np.float64)
+        return np.array([expected_rating(s.logprobs) for s in filled], dtype=np.float64)
 
     def rate_by_generation(self, conversations: Sequence[Conversation], *, rng: np.random.Generator,
                            max_tokens: int = 16, lowest: float = 0.0, jitter: float = 1e-6,

@@ -52,7 +52,6 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
         raise ConfigError(f"LLM spec {spec!r} names the runtime {runtime!r} but no model")
     if isinstance(cache, (str, Path)):
         cache = ResponseCache(cache)
-    common = {"meter": meter, "cache": cache}
     threads = threads or default_threads()
     if runtime is None:
         if target in BUNDLED_LLMS or target.endswith(".gguf"):
@@ -67,11 +66,11 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
 
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,
-                               n_threads=threads, **common, **options)
+                               n_threads=threads, meter=meter, cache=cache, **options)
         path = Path(target).expanduser()
         if not path.is_file():
             raise ModelNotFoundError(f"no GGUF file at {path}; bundled names: {sorted(BUNDLED_LLMS)}")
-        return LlamaCppLLM(path, n_threads=threads, **common, **options)
+        return LlamaCppLLM(path, n_threads=threads, meter=meter, cache=cache, **options)
 
     if runtime == "transformers":
         from ctrlsim.backends.hf import TransformersLLM
@@ -79,20 +78,21 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
         if target in BUNDLED_LLMS:  # the bundled GGUF, de-quantised by transformers (slow, heavy)
             path = bundled_llm_path(target)
             return TransformersLLM(path.parent, gguf_file=path.name, model_id=target, threads=threads,
-                                   **common, **options)
+                                   meter=meter, cache=cache, **options)
         if Path(target).expanduser().suffix == ".gguf":
             path = Path(target).expanduser()
-            return TransformersLLM(path.parent, gguf_file=path.name, threads=threads, **common, **options)
-        return TransformersLLM(target, threads=threads, **common, **options)
+            return TransformersLLM(path.parent, gguf_file=path.name, threads=threads,
+                                   meter=meter, cache=cache, **options)
+        return TransformersLLM(target, threads=threads, meter=meter, cache=cache, **options)
 
     if runtime == "vllm":
         from ctrlsim.backends.vllm_backend import VLLMLLM
 
-        return VLLMLLM(target, **common, **options)
+        return VLLMLLM(target, meter=meter, cache=cache, **options)
 
     if runtime == "openai":
         from ctrlsim.backends.openai_compat import OpenAICompatLLM
 
         url, _, model = target.partition("#")
-        return OpenAICompatLLM(url, model=model or None, **common, **options)
+        return OpenAICompatLLM(url, model=model or None, meter=meter, cache=cache, **options)
     raise ConfigError(f"unknown runtime {runtime!r}; choose from {RUNTIMES}")

@@ -90,7 +90,8 @@ class VLLMLLM(LLM):
     def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
         from vllm import SamplingParams
 
-        constrained = structured_output_options(params.schema) if params.json_schema is not None else {}
+        schema = params.schema
+        constrained = structured_output_options(schema) if schema is not None else {}
         sp = SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
                             seed=params.seed, stop=list(params.stop) or None, **constrained)
         results = self.engine.generate([self.render(c) for c in conversations], sp, use_tqdm=False)

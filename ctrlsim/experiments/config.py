@@ -28,11 +28,14 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
 
 from ctrlsim.errors import ConfigError
 
-C = TypeVar("C")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")
 
 EXECUTORS = ("local", "ray")
 
@@ -170,7 +173,8 @@ def _field_parser(tp, flag: str):
 def add_config_arguments(parser: argparse.ArgumentParser, cls, *, skip: Iterable[str] = (),
                          group: str | None = None) -> None:
     """Add one `--field-name` flag per dataclass field (containers other than tuples are skipped)."""
-    hints, target = _hints(cls), parser
+    hints = _hints(cls)
+    target: argparse._ActionsContainer = parser  # a parser or one of its argument groups
     if group:
         target = parser.add_argument_group(group)
     for f in dataclasses.fields(cls):

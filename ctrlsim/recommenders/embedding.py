@@ -40,15 +40,15 @@ class EmbeddingRecommender(Recommender):
         for state in states:
             prof = next(prof_vecs) if state.profile else None
             hist = self.item_vectors[self.dataset.indices(state.history)].mean(0) if state.history else None
-            if prof is None and hist is None:
+            if prof is not None and hist is not None:
+                q = self.alpha * prof + (1.0 - self.alpha) * hist
+            elif prof is not None:
+                q = prof
+            elif hist is not None:
+                q = hist
+            else:
                 raise EmptyHistoryError(f"{self.name} needs a profile or a non-empty history "
                                         f"(user {state.user_id!r})")
-            if prof is None:
-                q = hist
-            elif hist is None:
-                q = prof
-            else:
-                q = self.alpha * prof + (1.0 - self.alpha) * hist
             queries.append(q / max(np.linalg.norm(q), 1e-12))
         return np.stack(queries)
 
