@@ -22,17 +22,16 @@ import re
 import string
 import unicodedata
 from dataclasses import asdict, dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 import pandas as pd
-from ctrlsim.envs.engine import InvalidAction
 from gymnasium import spaces
 
 from ctrlsim.backends import LLM, load_llm
 from ctrlsim.data import Dataset, load_dataset
-from ctrlsim.errors import ConfigError, DataError
+from ctrlsim.errors import ConfigError, DataError, InvalidAction
 from ctrlsim.metrics.steereval import steereval_figures
 from ctrlsim.recommenders import UserState
 from ctrlsim.recommenders.nl_profile import NLProfileRecommender
@@ -104,7 +103,7 @@ def build_scenario(ds: Dataset, user_id: str, tag: str, direction: str, *, pool_
     kind = tag_kind or (kinds.iat[0] if len(kinds) else "genre")
     return Scenario(user_id, tag, kind, direction, tuple(hist["item_id"].iloc[:history_len]),
                     tuple(float(r) for r in hist["rating"].iloc[:history_len]), next_item,
-                    tuple(sorted(pool, key=ds.item_index.get)), frozenset(relevant & set(pool)))
+                    tuple(sorted(pool, key=ds.item_index.__getitem__)), frozenset(relevant & set(pool)))
 
 
 def to_observation_text(text: str) -> str:
@@ -212,9 +211,11 @@ class SteerEvalEnv(gym.Env[dict, str]):
             raise DataError(f"no user of {self.dataset.name} has >= {min_ratings} ratings")
         self.pool_size, self.history_len, self.k, self.oracle = pool_size, history_len, k, oracle
         self.tie_seed = tie_seed
-        self._llm_spec, self._llm = llm, None
-        self.recommender_options = {"ranker": ranker, "encoder": encoder, "profile_style": profile_style,
-                                    "rating": rating, "show_tags": show_tags}
+        self._llm_spec = llm
+        self._llm: LLM | None = None
+        self.recommender_options: dict[str, Any] = {
+            "ranker": ranker, "encoder": encoder, "profile_style": profile_style, "rating": rating,
+            "show_tags": show_tags}
         self._recommenders: dict[str, NLProfileRecommender] = {}
         self._original_profiles: dict[str, str] = {}
         self._original_rankings: dict[tuple, list[str]] = {}
@@ -237,14 +238,15 @@ class SteerEvalEnv(gym.Env[dict, str]):
     @property
     def llm(self) -> LLM:
         if self._llm is None:
-            self._llm = load_llm(self._llm_spec) if isinstance(self._llm_spec, str) else self._llm_spec
+            spec = self._llm_spec
+            self._llm = load_llm(spec) if isinstance(spec, str) else spec
         return self._llm
 
     def recommender(self, tag: str | None = None) -> NLProfileRecommender:
         """The ranker; in the oracle condition one per tag, over item texts that state the tag."""
         key = tag if self.oracle and tag else ""
         if key not in self._recommenders:
-            ds = self.dataset.with_descriptions(oracle_descriptions(self.dataset, tag)) if key \
+            ds = self.dataset.with_descriptions(oracle_descriptions(self.dataset, key)) if key \
                 else self.dataset
             # The embedding ranker never needs the LLM: pass the spec so it stays unloaded.
             llm = self.llm if self.recommender_options["ranker"] == "llm" or self._llm is not None \

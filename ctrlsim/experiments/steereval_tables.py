@@ -82,7 +82,7 @@ PAPER_CONDITIONS = tuple(c for c in CONDITIONS if c != "tags-visible")
 LLM_WRITTEN = ("llm-append", "llm-rewrite")  # the edits whose refusals drive the Trigger(75) filter
 
 # The paper's numbers (Llama-3.1-8B, ML-25M + TMDb, 94 tags x 10 users), shown beside ours.
-PAPER = {
+PAPER: dict[str, dict[Any, tuple[float, float]]] = {
     "Table 1": {"LLM scoring": (0.0476, -0.0266), "Embedding": (0.0636, 0.0473)},
     "Table 2": {"Paragraph-length": (0.0476, -0.0266), "Sentence-length": (0.0647, -0.0231)},
     "Table 3": {"Template append": (0.0476, -0.0266), "LLM append": (0.0417, -0.0198),

@@ -17,7 +17,7 @@ first `max_history` items, as SteerEval's "first H rated items".
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -90,7 +90,8 @@ class NLProfileRecommender(Recommender):
         if not state.history:
             raise EmptyHistoryError(f"nl-profile needs a profile or a non-empty history "
                                     f"(user {state.user_id!r})")
-        ratings = tuple(state.attributes.get("ratings", (None,) * len(state.history)))
+        given: Any = state.attributes.get("ratings", (None,) * len(state.history))
+        ratings = tuple(given)
         if len(ratings) != len(state.history):
             raise ConfigError(f"attributes['ratings'] has {len(ratings)} values for "
                               f"{len(state.history)} items")
@@ -107,7 +108,8 @@ class NLProfileRecommender(Recommender):
             replies = self.llm.chat(convs, max_tokens=self.profile_max_tokens, temperature=0.0)
             for key, reply in zip(needed, replies):
                 self._profiles[key] = reply.text.strip()
-        return [state.profile if key is None else self._profiles[key] for state, key in zip(states, keys)]
+        return [str(state.profile) if key is None else self._profiles[key]
+                for state, key in zip(states, keys)]
 
     # ---------------------------------------------------------------- scoring
     def score_all(self, states: Sequence[UserState]) -> np.ndarray:
@@ -125,7 +127,8 @@ class NLProfileRecommender(Recommender):
                                                  for i in idx])
                 out.append(item_vecs @ p)
             return out
-        convs, owners = [], []
+        convs: list[list[dict]] = []
+        owners: list[int] = []
         for profile, idx in zip(profiles, candidates):
             convs.extend(score_messages(profile, items.iloc[i], show_tags=self.show_tags) for i in idx)
             owners.append(len(idx))

@@ -2,7 +2,6 @@
 import pandas as pd
 import pytest
 from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend, template_sentence
-from ctrlsim.envs.engine import InvalidAction
 from ctrlsim.envs.steereval_env import (
     MAX_PROFILE_CHARS,
     SteerEvalEnv,
@@ -13,7 +12,7 @@ from ctrlsim.envs.steereval_env import (
     to_observation_text,
 )
 
-from ctrlsim.errors import ConfigError
+from ctrlsim.errors import ConfigError, InvalidAction
 
 
 @pytest.fixture(scope="module")
