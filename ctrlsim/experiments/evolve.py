@@ -189,6 +189,7 @@ def run_evolve(
     from ctrlsim.recommenders import make_recommender
 
     options = options or RunOptions()
+    check_executor(options)
     out = Path(options.out or DEFAULT_OUT)
     dataset = load_dataset(config.dataset)
     target_items = _check_inputs(config, dataset)  # bad inputs fail before any model loads
@@ -285,6 +286,14 @@ def run_evolve(
         "seconds": round(time.perf_counter() - started, 1),
         "llm": llm.identity,
     }
+
+
+def check_executor(options: RunOptions) -> None:
+    """The loop's phases hand artefacts from one to the next in this process: no Ray path yet."""
+    if options.executor != "local":
+        raise ConfigError(
+            f"executor={options.executor!r}: evolve runs in one process; --executor ray is not supported yet"
+        )
 
 
 def _record_phases(folder, phases: dict) -> None:
@@ -605,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = config_from_args(EvolveConfig, args)  # validates every value before any model loads
     options = config_from_args(RunOptions, args)
+    check_executor(options)
     result = run_evolve(config, options)
     print(result["tables"])
     print(
