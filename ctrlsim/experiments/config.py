@@ -231,3 +231,12 @@ def config_from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
             value = tuple(value)
         values[key] = value
     return cls(**values)
+
+
+def runner_parser(prog: str, description: str | None, config_cls) -> argparse.ArgumentParser:
+    """A runner's parser: one flag per field of its config, then the `RunOptions` group."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(parser, config_cls)
+    add_config_arguments(parser, RunOptions, group="run options")
+    return parser

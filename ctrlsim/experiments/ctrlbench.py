@@ -34,11 +34,11 @@ from typing import Any
 from ctrlsim.errors import ConfigError, DataError, DataFileError
 from ctrlsim.experiments.config import (
     RunOptions,
-    add_config_arguments,
     check_choices,
     check_range,
     config_from_args,
     config_to_dict,
+    runner_parser,
 )
 
 DEFAULT_OUT = "results/ctrlbench"
@@ -429,13 +429,10 @@ def _records(store) -> dict[str, dict]:
 # ----------------------------------------------------------------------------- CLI
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctrlsim ctrlbench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = runner_parser("ctrlsim ctrlbench", __doc__, CtrlBenchConfig)
     parser.add_argument("--preset", choices=sorted(PRESETS), default=argparse.SUPPRESS,
                         help="start from a preset (paper: K=100/26, t=20, six genres, five boxes); "
                              "flags given as well override it")
-    add_config_arguments(parser, CtrlBenchConfig)
-    add_config_arguments(parser, RunOptions, group="run options")
     return parser
 
 

@@ -35,12 +35,12 @@ from ctrlsim.envs.tasks import TASKS
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     RunOptions,
-    add_config_arguments,
     check_choice,
     check_output_dir,
     check_range,
     config_from_args,
     config_to_dict,
+    runner_parser,
 )
 
 # Slate sizes of the CtrlBench-Rec reference runs: 20 for NARM, 3 for the others.
@@ -320,11 +320,7 @@ def run(config: ProbeRunConfig, options: RunOptions, *, show_progress: bool = Tr
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctrlsim probe", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, ProbeRunConfig)
-    add_config_arguments(parser, RunOptions, group="run options")
-    return parser
+    return runner_parser("ctrlsim probe", __doc__, ProbeRunConfig)
 
 
 def main(argv: list[str] | None = None) -> int:

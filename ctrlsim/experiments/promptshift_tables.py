@@ -17,7 +17,6 @@ positives and frozen, then the test positives are read once. Layouts: Table 4
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -34,12 +33,12 @@ from ctrlsim.data.splits import AGE_GROUPS, SCENARIOS
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     RunOptions,
-    add_config_arguments,
     check_choice,
     check_choices,
     check_range,
     config_from_args,
     config_to_dict,
+    runner_parser,
 )
 from ctrlsim.experiments.executor import executor_from_options, is_failure, worker_cache
 from ctrlsim.experiments.promptshift_report import (
@@ -352,9 +351,7 @@ def report(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequence[str], 
 # ----------------------------------------------------------------------- CLI
 def parse_args(argv: Sequence[str] | None = None) -> tuple[PromptShiftConfig, RunOptions]:
     """Flags from the config dataclasses; every value is checked here, before any data or model loads."""
-    parser = argparse.ArgumentParser(prog="ctrlsim promptshift", description=__doc__.split("\n\n")[0])
-    add_config_arguments(parser, PromptShiftConfig)
-    add_config_arguments(parser, RunOptions, group="run options")
+    parser = runner_parser("ctrlsim promptshift", __doc__.split("\n\n")[0], PromptShiftConfig)
     parser.set_defaults(out="results/promptshift")
     args = parser.parse_args(argv)
     return config_from_args(PromptShiftConfig, args), config_from_args(RunOptions, args)

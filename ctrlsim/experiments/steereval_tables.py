@@ -39,12 +39,12 @@ from tqdm import tqdm
 from ctrlsim.errors import ConfigError, DataFileError
 from ctrlsim.experiments.config import (
     RunOptions,
-    add_config_arguments,
     check_choice,
     check_choices,
     check_range,
     config_from_args,
     config_to_dict,
+    runner_parser,
 )
 from ctrlsim.metrics.stats import format_test
 from ctrlsim.metrics.steereval import direction_cell, mean_ci, rejected_tags
@@ -574,11 +574,7 @@ def write_figures(folder, records: list[dict]) -> None:
 # ----------------------------------------------------------------------------- CLI
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctrlsim steereval", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, SteerEvalConfig)
-    add_config_arguments(parser, RunOptions, group="run options")
-    return parser
+    return runner_parser("ctrlsim steereval", __doc__, SteerEvalConfig)
 
 
 def main(argv: list[str] | None = None) -> int:
