@@ -36,6 +36,8 @@ from ..persona import Persona
 from ..prompts import domain_nouns
 from .alignment import align_roster
 from .artefacts import ArtefactFolder
+from .cluster_unit import FusionJob
+from .cluster_unit import usage_delta as _usage_delta
 from .clustering import K_RULES, Clustering, cluster_population
 from .debate import GenerationSettings, Turn, run_debate
 from .embedding import DEFAULT_ALPHA, probe_vectors
@@ -111,13 +113,6 @@ def roster_from_json(data: dict) -> list[Persona]:
     return [Persona.from_dict(d) for d in data["personas"]]
 
 
-def _usage_delta(before, after) -> dict:
-    out = {
-        k: getattr(after, k) - getattr(before, k)
-        for k in ("prompt_tokens", "completion_tokens", "calls", "cached_calls")
-    }
-    out["total_tokens"] = out["prompt_tokens"] + out["completion_tokens"]
-    return out
 
 
 class EvolutionLoop:
@@ -144,7 +139,11 @@ class EvolutionLoop:
         seed: int = 0,
         slate_size: int = 3,
         show_progress: bool = False,
+        fuse_elsewhere: Callable[[FusionJob], list[dict]] | None = None,
     ):
+        """`fuse_elsewhere(job)`: runs one generation's debate and merge cluster by cluster
+        (`cluster_unit.fuse_cluster` records, in cluster order), e.g. on an executor's workers;
+        by default the clusters debate and merge together here, one batched call per round."""
         from ..llm_probe import DecisionSettings
 
         self.folder = folder if isinstance(folder, ArtefactFolder) else ArtefactFolder(folder)
@@ -153,6 +152,7 @@ class EvolutionLoop:
         self.settings, self.seed, self.slate_size = settings, seed, slate_size
         self.decision_settings = decision_settings if decision_settings is not None else DecisionSettings()
         self.show_progress = show_progress
+        self.fuse_elsewhere = fuse_elsewhere
         self.target_tags = tuple(getattr(task, "tags", ()) or ())
         self.target_items = set(getattr(task, "target", set()) or set())
         self.nouns = domain_nouns(dataset.name)
@@ -347,17 +347,27 @@ class EvolutionLoop:
         trace = self.folder.read_json(f"interaction_g{g}.json")
         return {p["probe_id"]: [i for r in p["likes_per_round"] for i in r] for p in trace["probes"]}
 
-    def phase_debate(self, g: int) -> dict:
+    def fusion_job(self, g: int) -> FusionJob:
         _, _, groups = self._groups(g)
-        transcripts = run_debate(
-            self.llm,
-            groups,
-            self.dataset,
-            self.nouns,
-            self._generation_settings(g, "debate", self.settings.debate_max_tokens),
+        return FusionJob(
+            generation=g,
+            groups=tuple(tuple(p.to_dict() for p in group) for group in groups),
+            recent_likes=self._recent_likes(g),
+            new_ids=tuple(self._new_ids(g, len(groups))),
+            target_tags=self.target_tags,
+            target_items=frozenset(self.target_items),
+            debate=self._generation_settings(g, "debate", self.settings.debate_max_tokens),
+            merge=self._generation_settings(g, "merge", self.settings.merge_max_tokens),
             behaviour_limit=self.settings.debate_behaviour_items,
-            key_prefix=f"g{g}/debate",
         )
+
+    def _fused_elsewhere(self, g: int, half: str) -> tuple[list[dict], dict]:
+        """The per-cluster records of generation g and the summed usage of their `half`."""
+        records = self.fuse_elsewhere(self.fusion_job(g))
+        fields = ("prompt_tokens", "completion_tokens", "calls", "cached_calls", "total_tokens")
+        return records, {k: sum(r["tokens"][half][k] for r in records) for k in fields}
+
+    def _write_transcript(self, g: int, groups, transcripts) -> None:
         self.folder.write_json(
             f"transcript_g{g}.json",
             {
@@ -372,12 +382,38 @@ class EvolutionLoop:
                 ],
             },
         )
+
+    def phase_debate(self, g: int) -> dict:
+        _, _, groups = self._groups(g)
+        if self.fuse_elsewhere is not None:
+            records, tokens = self._fused_elsewhere(g, "debate")
+            transcripts = [[Turn(**t) for t in r["turns"]] for r in records]
+            self._write_transcript(g, groups, transcripts)
+            return {
+                "debating_clusters": sum(len(gr) >= 2 for gr in groups),
+                "turns": sum(map(len, transcripts)),
+                "tokens": tokens,
+            }
+        transcripts = run_debate(
+            self.llm,
+            groups,
+            self.dataset,
+            self.nouns,
+            self._generation_settings(g, "debate", self.settings.debate_max_tokens),
+            behaviour_limit=self.settings.debate_behaviour_items,
+            key_prefix=f"g{g}/debate",
+        )
+        self._write_transcript(g, groups, transcripts)
         return {"debating_clusters": sum(len(gr) >= 2 for gr in groups), "turns": sum(map(len, transcripts))}
 
     def _new_ids(self, g: int, n: int) -> list[str]:
         return [f"g{g + 1}-{c}" for c in range(n)]
 
     def phase_merge(self, g: int) -> dict:
+        if self.fuse_elsewhere is not None:
+            records, tokens = self._fused_elsewhere(g, "merge")
+            return {**self._write_fusion(g, [FusionOutcome.from_dict(r["outcome"]) for r in records]),
+                    "tokens": tokens}
         _, _, groups = self._groups(g)
         data = self.folder.read_json(f"transcript_g{g}.json")
         transcripts = [[Turn(**t) for t in c["turns"]] for c in data["clusters"]]

@@ -183,9 +183,15 @@ def fuse_clusters(
     settings: GenerationSettings | None = None,
     max_tokens: int = 384,
     key_prefix: str = "merge",
+    schema_groups: Sequence[Sequence[Persona]] | None = None,
 ) -> list[FusionOutcome]:
-    """Merge every multi-member group and filter every single-member group (see module docstring)."""
+    """Merge every multi-member group and filter every single-member group (see module docstring).
+
+    `schema_groups` (default: `groups`) are the clusters whose behaviour defines the reply schema
+    (allowed item ids, list length): fusing one cluster of a generation on its own with the whole
+    generation here asks the LLM exactly what the batched call over all clusters asks it."""
     settings = settings or GenerationSettings()
+    scope = list(groups if schema_groups is None else schema_groups)
     targets = ", ".join(target_tags) or "(none)"
     outcomes: list[FusionOutcome | None] = [None] * len(groups)
     jobs = {"merge": [], "filter": []}
@@ -240,8 +246,9 @@ def fuse_clusters(
         todo = jobs[kind]
         if not todo:
             continue
-        allowed_ids = sorted({i for n in todo for i in union[n]})
-        schema = schema_fn(allowed_ids, max(len(union[n]) for n in todo))
+        in_scope = [_union_behaviour(g) for g in scope if (len(g) >= 2) == (kind == "merge")]
+        allowed_ids = sorted({i for ids in in_scope for i in ids})
+        schema = schema_fn(allowed_ids, max(len(ids) for ids in in_scope))
         convs = {n: conversation(n) for n in todo}
         keys = [f"{key_prefix}/{new_ids[n]}" for n in todo]
         replies = _chat_json(llm, [convs[n] for n in todo], schema, settings, keys, max_tokens)

@@ -9,7 +9,9 @@ finished phase and the evaluation), the loop's artefacts (roster_g*.json, cluste
 transcript_g*.json, merge_g*.json, phases.json with wall time and tokens per phase),
 final_roster.json, tables.md and figures/*.png. Rerunning the same command resumes at the
 first unfinished phase; LLM replies are cached in the folder (llm-cache.sqlite), so nothing
-is paid twice. Evaluate the result on any black box with
+is paid twice. With --executor ray each cluster's debate and merge is one unit of work on the
+cluster's workers (the driver runs the other phases and writes every artefact). Evaluate the
+result on any black box with
 `ctrlsim ctrlbench --roster <out>/final_roster.json`.
 """
 
@@ -189,7 +191,6 @@ def run_evolve(
     from ctrlsim.recommenders import make_recommender
 
     options = options or RunOptions()
-    check_executor(options)
     out = Path(options.out or DEFAULT_OUT)
     dataset = load_dataset(config.dataset)
     target_items = _check_inputs(config, dataset)  # bad inputs fail before any model loads
@@ -231,6 +232,11 @@ def run_evolve(
             merge_max_tokens=config.merge_max_tokens,
             align_min_behaviour=config.align_min_behaviour,
         )
+        # Debate and merge go cluster by cluster to the executor's workers; with the local executor
+        # every cluster debates and merges together here (one batched call per round), as before.
+        fusion = None
+        if options.executor != "local" and config.fusion == "debate-merge":
+            fusion = ExecutorFusion(config, options, folder, show_progress=show_progress)
         loop = EvolutionLoop(
             folder.path,
             dataset=dataset,
@@ -243,8 +249,13 @@ def run_evolve(
             seed=config.seed,
             slate_size=config.slate,
             show_progress=show_progress,
+            fuse_elsewhere=fusion,
         )
-        result = loop.run(lambda: context.base_personas(config.agents), stop_after=stop_after)
+        try:
+            result = loop.run(lambda: context.base_personas(config.agents), stop_after=stop_after)
+        finally:
+            if fusion is not None:
+                fusion.close()
         _record_phases(folder, result.phases)
         if result.stopped_after is not None:
             return {"stopped_after": result.stopped_after, "out": str(out), "phases": result.phases}
@@ -288,12 +299,75 @@ def run_evolve(
     }
 
 
-def check_executor(options: RunOptions) -> None:
-    """The loop's phases hand artefacts from one to the next in this process: no Ray path yet."""
-    if options.executor != "local":
-        raise ConfigError(
-            f"executor={options.executor!r}: evolve runs in one process; --executor ray is not supported yet"
-        )
+@dataclass(frozen=True)
+class FusionUnitConfig:
+    """What a worker needs to debate and merge one cluster: models by spec, the generation's job."""
+
+    llm: str
+    dataset: str
+    cache: str | None  # the run folder's response cache (absolute), shared by driver and workers
+    job: object  # ctrlsim.agents.evolution.cluster_unit.FusionJob
+
+
+def fuse_cluster_unit(config: FusionUnitConfig, key: str) -> dict:
+    """Unit of work: one evolution cluster's debate and merge (key "fusion/g<g>/cluster-<c>").
+
+    The LLM and the dataset are loaded once per worker process. The response cache is SQLite,
+    which takes concurrent readers and writers on one machine, so workers that see the run
+    folder share the driver's cache file; a worker on a node without it runs uncached (seeded
+    replies are the same, only paid again).
+    """
+    from ctrlsim.agents.evolution.cluster_unit import FusionJob, fuse_cluster
+    from ctrlsim.backends import load_llm
+    from ctrlsim.data import load_dataset
+    from ctrlsim.experiments.executor import worker_cache
+
+    cache = config.cache if config.cache and Path(config.cache).parent.is_dir() else None
+    llm = worker_cache(f"llm:{config.llm}|cache:{cache}", lambda: load_llm(config.llm, cache=cache))
+    dataset = worker_cache(f"dataset:{config.dataset}", lambda: load_dataset(config.dataset))
+    return fuse_cluster(llm, dataset, config.job, FusionJob.cluster_of(key))
+
+
+class ExecutorFusion:
+    """`EvolutionLoop.fuse_elsewhere` on an executor: cluster units run there, the driver stores
+    their records (a rerun skips the clusters already stored) and the loop writes the artefacts."""
+
+    def __init__(self, config: EvolveConfig, options: RunOptions, folder, *, show_progress: bool):
+        self.config, self.options, self.folder, self.show_progress = config, options, folder, show_progress
+        self.cache = str(folder.file("llm-cache.sqlite").resolve())
+        self.executor = None
+
+    def __call__(self, job) -> list[dict]:
+        from ctrlsim.errors import ExecutorError
+        from ctrlsim.experiments.executor import executor_from_options, is_failure
+
+        store, keys = self.folder.store, job.unit_keys()
+        todo = [k for k in keys if k not in store]
+        failed: dict[str, str] = {}
+
+        def on_record(key: str, record: dict) -> None:
+            if is_failure(record):  # not stored: a rerun retries the cluster
+                failed[key] = record["error"]
+            else:
+                store.add(key, record)
+
+        if todo:
+            if self.executor is None:
+                self.executor = executor_from_options(self.options)
+            unit_config = FusionUnitConfig(self.config.llm, self.config.dataset, self.cache, job)
+            self.executor.run(fuse_cluster_unit, unit_config, todo, on_record,
+                              progress=self.show_progress, desc=f"clusters g{job.generation}")
+        if failed:
+            raise ExecutorError(
+                f"{len(failed)} cluster unit(s) of generation {job.generation} failed (rerun to retry): "
+                + "; ".join(f"{k}: {e}" for k, e in failed.items())
+            )
+        return [store.get(k) for k in keys]
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.close()
+            self.executor = None
 
 
 def _record_phases(folder, phases: dict) -> None:
@@ -614,7 +688,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = config_from_args(EvolveConfig, args)  # validates every value before any model loads
     options = config_from_args(RunOptions, args)
-    check_executor(options)
     result = run_evolve(config, options)
     print(result["tables"])
     print(
