@@ -179,7 +179,8 @@ def run_evolve(
 ) -> dict:
     """Run (or resume) the loop and the evaluation; returns {"final", "phases", "evaluation", "out", ...}.
 
-    `llm` overrides loading `config.llm` (it should carry a response cache for free resumes);
+    `llm` overrides loading `config.llm` in this process (it should carry a response cache for free
+    resumes; with --executor ray the workers still load `config.llm` for the cluster units);
     `stop_after` ends the run once that phase is finished (tests use it to cut a run short).
     """
     from ctrlsim.agents import DecisionSettings, MethodContext, ProfileSettings
