@@ -10,26 +10,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ctrlsim.atomic import atomic_write_bytes
 from ctrlsim.errors import DataFileError
 
 LEDGER = "phases.json"
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
 
 
 class ArtefactFolder:
@@ -41,7 +30,7 @@ class ArtefactFolder:
         self._ledger: dict[str, dict] = self.read_json(LEDGER, {"phases": {}})["phases"]
 
     def write_json(self, name: str, obj: Any) -> Path:
-        return _atomic_write_bytes(
+        return atomic_write_bytes(
             self.path / name, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode()
         )
 
@@ -59,7 +48,7 @@ class ArtefactFolder:
     def write_array(self, name: str, array: np.ndarray) -> Path:
         buffer = io.BytesIO()
         np.save(buffer, np.asarray(array), allow_pickle=False)
-        return _atomic_write_bytes(self.path / name, buffer.getvalue())
+        return atomic_write_bytes(self.path / name, buffer.getvalue())
 
     def read_array(self, name: str) -> np.ndarray:
         return np.load(self.path / name, allow_pickle=False)

@@ -21,17 +21,21 @@ import argparse
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     RunOptions,
-    add_config_arguments,
     check_choice,
     check_choices,
     check_range,
     config_from_args,
     config_to_dict,
+    runner_parser,
 )
+
+if TYPE_CHECKING:  # the executor module is imported lazily at run time
+    from ctrlsim.experiments.executor import Executor
 
 DEFAULT_OUT = "results/evolve"
 K_RULES = ("halve", "silhouette")
@@ -336,7 +340,7 @@ class ExecutorFusion:
     def __init__(self, config: EvolveConfig, options: RunOptions, folder, *, show_progress: bool):
         self.config, self.options, self.folder, self.show_progress = config, options, folder, show_progress
         self.cache = str(folder.file("llm-cache.sqlite").resolve())
-        self.executor = None
+        self.executor: Executor | None = None
 
     def __call__(self, job) -> list[dict]:
         from ctrlsim.errors import ExecutorError
@@ -677,12 +681,7 @@ def save_figures(folder, generations: list[dict], evaluation: dict | None) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ctrlsim evolve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_config_arguments(parser, EvolveConfig)
-    add_config_arguments(parser, RunOptions, group="run options")
-    return parser
+    return runner_parser("ctrlsim evolve", __doc__, EvolveConfig)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,9 +18,10 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from ctrlsim.atomic import atomic_write_text
 from ctrlsim.errors import ConfigError
 
-from .store import ResultStore, _jsonable, atomic_write_text
+from .store import ResultStore, _jsonable
 
 
 class RunFolder:

@@ -165,19 +165,6 @@ def _acquire_lock(lock_path: Path):
     return fh
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
-
-
 def _jsonable(value):
     import numpy as np
 
