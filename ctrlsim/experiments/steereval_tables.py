@@ -5,6 +5,8 @@ direction) is one `SteerEvalEnv` episode whose figures are appended to the run
 folder's `records.jsonl` as soon as they exist; a rerun with the same config skips
 what is done (the LLM's response cache makes a half-finished unit cheap to redo).
 `tables.md` and `figures/*.png` are rewritten from the records at the end.
+With `--executor ray` each record key is one executor unit (`run_steereval_unit`): workers
+rebuild the scenarios from the config and share the run folder's LLM response cache.
 Conditions (the paper's tables in brackets):
 
   default       LLM scoring, paragraph profile, template append     (all tables)
@@ -255,13 +257,13 @@ def run_steereval(config: SteerEvalConfig, options: RunOptions | None = None, *,
     """
     from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend
     from ctrlsim.backends import load_llm
-    from ctrlsim.envs.steereval_env import SteerEvalEnv, to_observation_text
+    from ctrlsim.envs.steereval_env import SteerEvalEnv
     from ctrlsim.experiments.runfolder import RunFolder
 
     options = options or RunOptions()
-    if options.executor != "local":
-        raise ConfigError(f"steereval runs in-process (--executor local), got {options.executor!r}: "
-                          "its LLM batches one ranking at a time")
+    if llm is not None and options.executor != "local":
+        raise ConfigError(f"a loaded llm can only be used with --executor local, got {options.executor!r}: "
+                          "ray workers load config.llm themselves")
     out = Path(options.out or DEFAULT_OUT)
     ds, tags, phrases, items = prepare_dataset(config)
     choices = open_choices(config)
@@ -270,26 +272,21 @@ def run_steereval(config: SteerEvalConfig, options: RunOptions | None = None, *,
         for key, value in choices.items():
             print(f"  {key}: {value}")
 
-    def make_env(cond: Condition, model) -> SteerEvalEnv:
-        return SteerEvalEnv(dataset=ds, llm=model, ranker=cond.ranker, encoder=config.encoder,
-                            profile_style=cond.profile_style, rating=config.rating, oracle=cond.oracle,
-                            show_tags=cond.show_tags, tags=tags, tag_phrases=phrases, items=items,
-                            pool_size=config.pool_size, history_len=config.history_len,
-                            min_ratings=config.min_ratings, k=config.k, tie_seed=config.seed)
-
-    probe_env = make_env(Condition(), config.llm)  # no model loads until a profile is needed
+    data = (ds, tags, phrases, items)
+    probe_env = make_env(config, data, Condition(), config.llm)  # no model loads until a profile is needed
     scenarios, short = choose_scenarios(probe_env, tags, config)
     if not scenarios:
         raise ConfigError(f"no feasible scenario: no user meets the pool quotas at "
                           f"pool_size={config.pool_size}"
                           f" for tags {tags}")
+    failed: dict[str, str] = {}
     with RunFolder(out, config_to_dict(config), overwrite=options.overwrite) as folder:
         folder.write_json("choices.json", choices)
         store = folder.store
         units = [(cond, sc) for sc in scenarios for cond in config.conditions]
         owners = shared_work_owners(units)
         todo = [(cond, sc) for cond, sc in units if record_key(cond, sc) not in store]
-        if todo:
+        if todo and options.executor == "local":
             model = llm if llm is not None else load_llm(config.llm, cache=out / "llm-cache.sqlite")
             identity = model.identity
             envs: dict[tuple, SteerEvalEnv] = {}
@@ -297,48 +294,131 @@ def run_steereval(config: SteerEvalConfig, options: RunOptions | None = None, *,
             bar = tqdm(todo, desc="steereval episodes", disable=not show_progress)
             for cond_name, sc in bar:
                 cond = CONDITIONS[cond_name]
-                env = envs.get(cond.env_key) or envs.setdefault(cond.env_key, make_env(cond, model))
+                env = envs.get(cond.env_key) or envs.setdefault(cond.env_key,
+                                                                make_env(config, data, cond, model))
                 policy = policies.get(cond.intervention) or TemplateAppend(cond.emphasis)
-                # Work shared by several units (profile, original ranking, the LLM-append sentence)
-                # counts towards the first unit that needs it in the full order, so the token totals
-                # do not depend on where an earlier run was interrupted (a resume replays it from cache).
-                key = record_key(cond_name, sc)
-                meter = model.meter
-                marks = [meter.total]
-                env.original_profile(sc)
-                marks.append(meter.total)
-                env.original_ranking(sc)
-                marks.append(meter.total)
-                obs, info = env.reset(options={"scenario": sc})
-                steered = to_observation_text(policy.act(obs, info))
-                marks.append(meter.total)
-                _, reward, _, _, figures = env.step(steered)
-                marks.append(meter.total)
-                shared = [owners[("profile", cond.env_key, sc.user_id)] == key,
-                          owners[("ranking", cond.env_key, sc.user_id, sc.tag)] == key,
-                          cond.intervention != "llm-append"
-                          or owners[("append", sc.tag, sc.direction)] == key, True]
-                counted = [(b.prompt_tokens - a.prompt_tokens, b.completion_tokens - a.completion_tokens)
-                           for a, b, keep in zip(marks, marks[1:], shared) if keep]
-                record = {"condition": cond_name, "tag": sc.tag, "tag_kind": sc.tag_kind,
-                          "direction": sc.direction, "user": sc.user_id, "reward": reward,
-                          "llm": identity, **figures,
-                          "tokens": {"prompt": sum(p for p, _ in counted),
-                                     "completion": sum(c for _, c in counted)}}
-                if cond.intervention in LLM_WRITTEN:
-                    record["original_profile"] = info["original_profile"]
-                else:
-                    record.pop("steered_profile")
-                store.add(key, record)
+                store.add(record_key(cond_name, sc), measure_unit(env, policy, model, cond_name, sc, owners,
+                                                                  identity))
                 bar.set_postfix(condition=cond_name)
+        elif todo:
+            from ctrlsim.experiments.executor import executor_from_options, is_failure
+
+            def on_record(key: str, record: dict) -> None:
+                if is_failure(record):  # not stored: a rerun retries the unit
+                    failed[key] = record["error"]
+                    return
+                store.add(key, record)
+
+            unit = SteerEvalUnit(config, str((out / "llm-cache.sqlite").resolve()))
+            with executor_from_options(options) as executor:
+                executor.run(run_steereval_unit, unit, [record_key(c, sc) for c, sc in todo], on_record,
+                             progress=show_progress, desc="steereval episodes")
+            if failed and show_progress:
+                print(f"{len(failed)} unit(s) failed (rerun the same command to retry them): "
+                      + "; ".join(f"{k}: {v}" for k, v in failed.items()))
         records = [r for _, r in store.records()]
         result = {"config": config_to_dict(config), "choices": choices, "short_tags": short,
                   "llm": records[0]["llm"] if records else config.llm, "records": records,
-                  "tokens": token_totals(records)}
+                  "tokens": token_totals(records), "failed": failed}
         result["tables"] = format_tables(result, config)
         folder.write_tables(result["tables"])
         write_figures(folder, records)
     return result
+
+
+def make_env(config: SteerEvalConfig, data: tuple, cond: Condition, model):
+    """The SteerEval env of one condition over `data` (what `prepare_dataset` returns)."""
+    from ctrlsim.envs.steereval_env import SteerEvalEnv
+
+    ds, tags, phrases, items = data
+    return SteerEvalEnv(dataset=ds, llm=model, ranker=cond.ranker, encoder=config.encoder,
+                        profile_style=cond.profile_style, rating=config.rating, oracle=cond.oracle,
+                        show_tags=cond.show_tags, tags=tags, tag_phrases=phrases, items=items,
+                        pool_size=config.pool_size, history_len=config.history_len,
+                        min_ratings=config.min_ratings, k=config.k, tie_seed=config.seed)
+
+
+def measure_unit(env, policy, model, cond_name: str, sc, owners: dict[tuple, str], identity) -> dict:
+    """Run one (condition, scenario) episode in `env` and return its record.
+
+    Work shared by several units (profile, original ranking, the LLM-append sentence) counts
+    towards the first unit that needs it in the full order (`owners`), so the token totals do not
+    depend on where an earlier run was interrupted (a resume replays it from cache).
+    """
+    from ctrlsim.envs.steereval_env import to_observation_text
+
+    cond = CONDITIONS[cond_name]
+    key = record_key(cond_name, sc)
+    meter = model.meter
+    marks = [meter.total]
+    env.original_profile(sc)
+    marks.append(meter.total)
+    env.original_ranking(sc)
+    marks.append(meter.total)
+    obs, info = env.reset(options={"scenario": sc})
+    steered = to_observation_text(policy.act(obs, info))
+    marks.append(meter.total)
+    _, reward, _, _, figures = env.step(steered)
+    marks.append(meter.total)
+    shared = [owners[("profile", cond.env_key, sc.user_id)] == key,
+              owners[("ranking", cond.env_key, sc.user_id, sc.tag)] == key,
+              cond.intervention != "llm-append"
+              or owners[("append", sc.tag, sc.direction)] == key, True]
+    counted = [(b.prompt_tokens - a.prompt_tokens, b.completion_tokens - a.completion_tokens)
+               for a, b, keep in zip(marks, marks[1:], shared) if keep]
+    record = {"condition": cond_name, "tag": sc.tag, "tag_kind": sc.tag_kind,
+              "direction": sc.direction, "user": sc.user_id, "reward": reward,
+              "llm": identity, **figures,
+              "tokens": {"prompt": sum(p for p, _ in counted),
+                         "completion": sum(c for _, c in counted)}}
+    if cond.intervention in LLM_WRITTEN:
+        record["original_profile"] = info["original_profile"]
+    else:
+        record.pop("steered_profile")
+    return record
+
+
+@dataclass(frozen=True)
+class SteerEvalUnit:
+    """What a ray worker needs besides the unit key: the run's config and the run folder's LLM cache."""
+
+    config: SteerEvalConfig
+    llm_cache: str
+
+
+def _unit_plan(config: SteerEvalConfig) -> tuple[tuple, dict[str, tuple[str, Any]], dict[tuple, str]]:
+    """(data, units by record key, shared-work owners), rebuilt on a worker exactly as the driver does."""
+    data = prepare_dataset(config)
+    scenarios, _ = choose_scenarios(make_env(config, data, Condition(), config.llm), data[1], config)
+    units = [(cond, sc) for sc in scenarios for cond in config.conditions]
+    return data, {record_key(cond, sc): (cond, sc) for cond, sc in units}, shared_work_owners(units)
+
+
+def run_steereval_unit(unit: SteerEvalUnit, key: str) -> dict:
+    """One SteerEval unit (a record key) -> its record, on any worker (the ray executor's unit).
+
+    A fresh env and policy per unit: shared work memoised by an earlier unit on this worker would
+    otherwise cost this unit 0 tokens. Each unit measures all of its shared work (from the response
+    cache when another unit already paid for it) and keeps the parts it owns, as the local loop does.
+    """
+    from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend
+    from ctrlsim.backends import load_llm
+    from ctrlsim.experiments.executor import worker_cache
+
+    config = unit.config
+    data, units, owners = worker_cache(f"steereval-plan:{config!r}", lambda: _unit_plan(config))
+    if key not in units:
+        raise ConfigError(f"unknown steereval unit {key!r} for this config")
+    cond_name, sc = units[key]
+    cond = CONDITIONS[cond_name]
+    model = worker_cache(f"llm:{config.llm}:{unit.llm_cache}",
+                         lambda: load_llm(config.llm, cache=unit.llm_cache))
+    policies = {"llm-append": LLMAppend, "llm-rewrite": LLMRewrite}
+    policy = policies[cond.intervention](model) if cond.intervention in policies \
+        else TemplateAppend(cond.emphasis)
+    env = make_env(config, data, cond, model)
+    return measure_unit(env, policy, model, cond_name, sc, owners, model.identity)
+
 
 
 def tables_from_folder(out: str | Path) -> str:

@@ -137,3 +137,50 @@ def test_side_tables_attach_descriptions_and_renamed_trigger_tags(tmp_path, ml10
     kept_names = T.prepare_dataset(T.SteerEvalConfig(trigger_votes=str(votes), rename_triggers=False,
                                                      tags=("Does the dog die?",)))[2]
     assert kept_names == {"Does the dog die?": "Does the dog die?"}
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_ray_executor_gives_the_local_records_and_tokens(tmp_path, smol):
+    """Units on two Ray workers: the same records (figures and token counts) as the in-process loop.
+
+    The two directions of one user share a profile and an original ranking, which the increase unit
+    owns; on Ray the decrease unit may compute them first on another worker, and must still not be
+    charged for them, nor leave the owner at 0 tokens.
+    """
+    from ctrlsim.errors import MissingDependencyError
+
+    try:
+        from ctrlsim.experiments._ray_executor import import_ray
+
+        ray = import_ray()
+    except MissingDependencyError as exc:
+        pytest.skip(str(exc))
+    cfg = T.SteerEvalConfig(llm="smollm2-135m", users=2, tags=("Horror",), pool_size=10, history_len=8,
+                            conditions=("default",))
+    local = T.run_steereval(cfg, RunOptions(out=str(tmp_path / "local")), show_progress=False)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    try:
+        remote = T.run_steereval(cfg, RunOptions(out=str(tmp_path / "ray"), executor="ray"),
+                                 show_progress=False)
+    finally:
+        ray.shutdown()
+    assert remote["failed"] == {}
+
+    def by_key(result):
+        return {f"{r['condition']}/{r['user']}/{r['tag']}/{r['direction']}": r for r in result["records"]}
+
+    assert len(local["records"]) == 4  # 2 users x 2 directions
+    assert by_key(remote) == by_key(local)
+    assert remote["tokens"] == local["tokens"]
+    for user in {r["user"] for r in local["records"]}:
+        increase, decrease = (by_key(local)[f"default/{user}/Horror/{d}"]["tokens"]["prompt"]
+                              for d in ("increase", "decrease"))
+        assert increase > decrease > 0  # the increase unit pays for the shared profile and ranking
+
+
+def test_a_loaded_llm_is_refused_with_the_ray_executor(tmp_path):
+    cfg = T.SteerEvalConfig(users=1, tags=("Horror",), pool_size=6, history_len=8, conditions=("default",))
+    with pytest.raises(ConfigError, match="--executor local"):
+        T.run_steereval(cfg, RunOptions(out=str(tmp_path / "se"), executor="ray"), llm=object(),
+                        show_progress=False)
