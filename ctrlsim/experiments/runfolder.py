@@ -18,7 +18,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ctrlsim.atomic import atomic_write_text
+from ctrlsim.atomic import atomic_write_bytes, atomic_write_text
 from ctrlsim.errors import ConfigError
 
 from .store import ResultStore, _jsonable
@@ -68,16 +68,14 @@ class RunFolder:
 
     def save_figure(self, fig, name: str) -> Path:
         """Save a matplotlib figure atomically as `figures/<name>.png` and close it."""
-        import os
+        import io
 
         import matplotlib.pyplot as plt
 
-        target = self.figure_path(name)
-        tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp.png")
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
         plt.close(fig)
-        os.replace(tmp, target)
-        return target
+        return atomic_write_bytes(self.figure_path(name), buffer.getvalue())
 
     # ------------------------------------------------------------------ lifetime
 

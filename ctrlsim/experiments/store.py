@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from ctrlsim.atomic import atomic_write_text
 from ctrlsim.errors import ConfigError, DataFileError
 
 REPAIR_MARKER = {"repair": "the line above was cut short by an interruption and is ignored"}
@@ -49,10 +50,7 @@ class ResultStore:
         if self.path.exists() and self.path.stat().st_size:
             self._load()
         else:
-            with open(self.path, "w") as fh:
-                fh.write(json.dumps({"config": self.config}) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+            atomic_write_text(self.path, json.dumps({"config": self.config}) + "\n")
 
     # ------------------------------------------------------------------ reading
 
