@@ -94,6 +94,7 @@ def main() -> None:
         ratios.append(f"{label}: parallel/one-by-one {t_seq / t_par:.2f}x wall, {c_seq / c_par:.2f}x CPU; "
                       f"identical replies {same}/{n}")
     print(f"model={args.model} runtime={llm.identity['runtime']} threads={llm.identity.get('threads')} "
+          f"gpu_layers={llm.identity.get('gpu_layers')} "
           f"batch={args.batch} max_tokens={args.max_tokens}")
     print(tabulate(rows, headers=["path", "decisions/s (wall)", "decisions/s (CPU)", "tokens", "valid JSON"],
                    floatfmt=".2f"))

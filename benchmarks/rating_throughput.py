@@ -88,6 +88,7 @@ def main() -> None:
         ["C: generate-and-parse per item (SteerEval)", n / t_generate, n / c_generate, t_generate],
     ]
     print(f"model={args.model} runtime={llm.identity['runtime']} threads={llm.identity.get('threads')} "
+          f"gpu_layers={llm.identity.get('gpu_layers')} "
           f"items={n}")
     print(tabulate(rows, headers=["method", "items/s (wall)", "items/s (CPU)", "seconds"], floatfmt=".2f"))
     print(f"\nratio P/A (parallel sequences vs sequential shared prefix): {t_shared / t_par:.2f}x wall, "

@@ -69,7 +69,8 @@ def main() -> None:
     t_naive, c_naive = run(naive, scenarios)  # every generation from a fresh context
     n = len(scenarios)
     print(f"llm={llm.identity['model']} runtime={llm.identity['runtime']} "
-          f"threads={llm.identity.get('threads')} scenarios={n} pool={args.pool_size}")
+          f"threads={llm.identity.get('threads')} gpu_layers={llm.identity.get('gpu_layers')} "
+          f"scenarios={n} pool={args.pool_size}")
     print(tabulate([[f"parallel sequences ({args.parallel}), digit rating", 60 * n / t_parallel,
                      60 * n / c_parallel, t_parallel],
                     ["batched (digit rating, shared prefix, sequential)", 60 * n / t_batched,

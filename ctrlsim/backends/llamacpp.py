@@ -45,7 +45,7 @@ class LlamaCppLLM(LLM):
 
     def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
                  n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
-                 parallel_ctx: int | None = None, **kwargs):
+                 parallel_ctx: int | None = None, n_gpu_layers: int = 0, **kwargs):
         if importlib.util.find_spec("llama_cpp") is None:  # reported now; imported on the first call
             raise MissingDependencyError("llama_cpp", "llm", "GGUF models")
         model_path = Path(model_path)
@@ -53,11 +53,14 @@ class LlamaCppLLM(LLM):
             raise ModelError(f"GGUF file not found: {model_path}")
         if n_parallel < 1:
             raise ConfigError(f"n_parallel must be >= 1, got {n_parallel}")
+        if n_gpu_layers < -1:
+            raise ConfigError(f"n_gpu_layers must be -1 (all layers) or >= 0, got {n_gpu_layers}")
         super().__init__(model_id or model_path.stem, **kwargs)
         self.model_path = model_path
         self.sha256 = sha256
         self.n_threads, self.n_ctx, self.n_batch = n_threads, n_ctx, n_batch
         self.n_parallel = n_parallel
+        self.n_gpu_layers = n_gpu_layers  # -1: every layer on the GPU (needs a GPU build of llama.cpp)
         # Cells for all parallel sequences together; never less than one full sequential context.
         self.parallel_ctx = max(parallel_ctx or 2 * n_ctx, n_ctx)
         self._model = None  # the llama_cpp.Llama, loaded by `_load`
@@ -68,7 +71,7 @@ class LlamaCppLLM(LLM):
     @property
     def identity(self) -> dict:
         return {**super().identity, "path": str(self.model_path), "sha256": self.sha256,
-                "threads": self.n_threads}
+                "threads": self.n_threads, "gpu_layers": self.n_gpu_layers}
 
     def cache_identity(self) -> str:
         if self.sha256:
@@ -90,9 +93,16 @@ class LlamaCppLLM(LLM):
 
     def _load(self) -> None:
         llama_cpp, formatter_cls = _import_llama_cpp()
+        if self.n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
+            # llama.cpp would silently run on the CPU; a GPU run asked for is a setup error.
+            raise ConfigError(f"n_gpu_layers={self.n_gpu_layers} asks for GPU offload, but the installed "
+                              "llama-cpp-python is a CPU build; rebuild it with a GPU backend, e.g. "
+                              'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir '
+                              "llama-cpp-python")
         try:
             llm = llama_cpp.Llama(str(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                  n_threads_batch=self.n_threads, n_batch=self.n_batch, verbose=False)
+                                  n_threads_batch=self.n_threads, n_batch=self.n_batch,
+                                  n_gpu_layers=self.n_gpu_layers, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp could not load {self.model_path}: {exc}") from exc
         template = llm.metadata.get("tokenizer.chat_template")

@@ -34,6 +34,18 @@ def default_threads() -> int:
     return threads
 
 
+def default_gpu_layers() -> int:
+    """Layers llama.cpp offloads to a GPU: $CTRLSIM_GPU_LAYERS (-1: all), else 0 (CPU only)."""
+    value = os.environ.get("CTRLSIM_GPU_LAYERS", "0")
+    try:
+        layers = int(value)
+    except ValueError as exc:
+        raise ConfigError(f"CTRLSIM_GPU_LAYERS must be an integer, got {value!r}") from exc
+    if layers < -1:
+        raise ConfigError(f"CTRLSIM_GPU_LAYERS must be -1 (all layers) or >= 0, got {layers}")
+    return layers
+
+
 def parse_spec(spec: str) -> tuple[str | None, str]:
     head, sep, rest = spec.partition(":")
     if sep and head in RUNTIMES:
@@ -63,6 +75,8 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
 
     if runtime == "llamacpp":
         from ctrlsim.backends.llamacpp import LlamaCppLLM
+
+        options.setdefault("n_gpu_layers", default_gpu_layers())
 
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,
