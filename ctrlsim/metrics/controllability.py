@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy.spatial.distance import jensenshannon
 
 
 def discovered_targets(likes_per_probe: Iterable[Iterable[str]], target: set[str]) -> set[str]:
@@ -97,6 +96,8 @@ def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
     p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
     if p.sum() == 0 or q.sum() == 0:
         return 1.0
+    from scipy.spatial.distance import jensenshannon  # lazy: scipy.spatial costs ~0.2 s to import
+
     return float(jensenshannon(p, q, base=2) ** 2)
 
 
