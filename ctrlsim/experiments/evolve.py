@@ -538,12 +538,9 @@ def level_tables(levels: dict) -> str:
 
 
 def save_level_figure(folder, levels: dict) -> None:
-    import matplotlib
+    from ctrlsim.experiments.runfolder import new_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(levels), figsize=(4 * len(levels), 3.2), squeeze=False)
+    fig, axes = new_figure((4 * len(levels), 3.2), 1, len(levels), squeeze=False)
     for ax, (name, rec) in zip(axes[0], levels.items()):
         ax.plot(range(len(rec["accuracy"])), rec["accuracy"], label="target")
         ax.plot(range(len(rec["old_interest"])), rec["old_interest"], label="old interest", linestyle="--")
@@ -650,12 +647,9 @@ def render_tables(
 
 
 def save_figures(folder, generations: list[dict], evaluation: dict | None) -> None:
-    import matplotlib
+    from ctrlsim.experiments.runfolder import new_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = new_figure((5, 3.2))
     sizes = [g["probes"] for g in generations] + ([generations[-1]["next_probes"]] if generations else [])
     ax.plot(range(len(sizes)), sizes, marker="o")
     ax.set_xlabel("generation")
@@ -665,7 +659,7 @@ def save_figures(folder, generations: list[dict], evaluation: dict | None) -> No
     if not evaluation:
         return
     rounds = list(range(1, evaluation["rounds"] + 1))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (left, right) = new_figure((9, 3.2), 1, 2)
     left.plot(rounds, [100 * (c or 0) for c in evaluation["curves"]["coverage"]], marker=".")
     left.set_xlabel("round t")
     left.set_ylabel("coverage %")

@@ -244,15 +244,12 @@ def format_tables(result: Mapping) -> str:
 # --------------------------------------------------------------------- figures
 def figures(result: Mapping) -> dict:
     """Matplotlib figures by name: Drift and SliceShift per scenario (one per setting) and B0-B3."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ctrlsim.experiments.runfolder import new_figure
 
     out = {}
     for s in result["settings"]:
         scen = list(s["per_scenario"])
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        fig, axes = new_figure((9, 3.4), 1, 2)
         x = np.arange(len(scen))
         panels = ((axes[0], "drift", "Cue Drift (B0)"), (axes[1], "slice_shift", "SliceShift (B0)"))
         for ax, metric, title in panels:
@@ -268,7 +265,7 @@ def figures(result: Mapping) -> dict:
         fig.suptitle(f"{s['dataset']} / {s['model']}: prompt effect per scenario (±1 s.e.)", y=1.04)
         out[f"scenarios_{s['model'].replace('/', '_')}"] = fig
     if result["settings"]:
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        fig, axes = new_figure((9, 3.4), 1, 2)
         panels = ((axes[0], "drift", "Drift ↓"), (axes[1], "slice_shift", "SliceShift → 0"))
         for ax, metric, title in panels:
             width = 0.8 / len(result["settings"])

@@ -622,10 +622,7 @@ def format_tables(result: dict, config: SteerEvalConfig) -> str:
 
 def write_figures(folder, records: list[dict]) -> None:
     """ΔAUC_t per condition and per tag (default condition), with 95% confidence intervals."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ctrlsim.experiments.runfolder import new_figure
 
     if not records:
         return
@@ -635,7 +632,7 @@ def write_figures(folder, records: list[dict]) -> None:
                                                                   if groups == "condition" else 0, v))
         if not labels:
             continue
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(labels) + 2), 4))
+        fig, ax = new_figure((max(6.0, 0.5 * len(labels) + 2), 4))
         width = 0.4
         for shift, direction in ((-width / 2, "increase"), (width / 2, "decrease")):
             stats = [mean_ci([r["delta_auc"] for r in _by(rows, **{groups: g}, direction=direction)])
