@@ -57,12 +57,16 @@ def main() -> None:
     parallel = SteerEvalEnv(dataset=ds, llm=llm, pool_size=args.pool_size)
     batched = SteerEvalEnv(dataset=ds, llm=llm, pool_size=args.pool_size)
     naive = SteerEvalEnv(dataset=ds, llm=llm, pool_size=args.pool_size, rating="generate")
-    for sc in scenarios:  # write the profiles once so every variant times only the rankings
-        profile = parallel.original_profile(sc)
-        for env in (batched, naive):
-            env._original_profiles.setdefault(f"{sc.user_id}/paragraph", profile)
-
+    # Every variant writes its profiles before timing (same greedy path, so the same texts), so each
+    # times exactly the two rankings of a scenario: the original profile's and the steered one's.
     llm.n_parallel = args.parallel
+    for env in (parallel, batched, naive):
+        for sc in scenarios:
+            env.original_profile(sc)
+    profiles = [[env.original_profile(sc) for sc in scenarios] for env in (parallel, batched, naive)]
+    if not profiles[0] == profiles[1] == profiles[2]:
+        raise SystemExit("the variants wrote different profiles; the comparison would not be fair")
+
     t_parallel, c_parallel = run(parallel, scenarios)
     llm.n_parallel = 1  # today's sequential paths
     t_batched, c_batched = run(batched, scenarios)
