@@ -51,6 +51,10 @@ class RunOptions:
                                                      "choices": list(EXECUTORS)})
     ray_address: str | None = field(default=None, metadata={
         "help": "Ray cluster: 'auto' or host:port (default: a local Ray started in-process)"})
+    # Drawing the figures is most of what a fully cached rerun costs (matplotlib's import alone
+    # is about 0.35 s); sweeps that only need records and tables can skip them.
+    figures: bool = field(default=True, metadata={"help": "write figures/*.png; '--figures false' skips "
+                                                          "them (and matplotlib)"})
 
     def __post_init__(self):
         check_choice("executor", self.executor, EXECUTORS)

@@ -415,7 +415,8 @@ def run_ctrlbench(config: CtrlBenchConfig, options: RunOptions | None = None, *,
         records = _records(store)
         tables = render_tables(config, records, sizes)
         folder.write_tables(tables)
-        save_figures(folder, config, records)
+        if options.figures:
+            save_figures(folder, config, records)
         failed.update({k: r["error"] for k, r in store.records() if is_failure(r)})  # older folders
     return {"records": records, "tables": tables, "out": str(out), "failed": failed}
 

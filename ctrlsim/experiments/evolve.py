@@ -289,9 +289,11 @@ def run_evolve(
         tables = render_tables(config, result.generations, result.phases, evaluation)
         if levels:
             tables += "\n" + level_tables(levels)
-            save_level_figure(folder, levels)
+            if options.figures:
+                save_level_figure(folder, levels)
         folder.write_tables(tables)
-        save_figures(folder, result.generations, evaluation)
+        if options.figures:
+            save_figures(folder, result.generations, evaluation)
     return {
         "final": result.final,
         "generations": result.generations,

@@ -311,7 +311,7 @@ def run(config: PromptShiftConfig, options: RunOptions | None = None, *,
         result.update(complete=complete and not failed, failed=failed, out=str(folder.path))
         folder.write_json("summary.json", result)
         folder.write_tables(format_tables(result))
-        for name, fig in figures(result).items():
+        for name, fig in (figures(result) if options.figures else {}).items():
             folder.save_figure(fig, name)
     return result
 

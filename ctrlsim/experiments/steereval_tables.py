@@ -322,7 +322,8 @@ def run_steereval(config: SteerEvalConfig, options: RunOptions | None = None, *,
                   "tokens": token_totals(records), "failed": failed}
         result["tables"] = format_tables(result, config)
         folder.write_tables(result["tables"])
-        write_figures(folder, records)
+        if options.figures:
+            write_figures(folder, records)
     return result
 
 

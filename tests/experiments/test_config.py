@@ -93,3 +93,10 @@ def test_output_location_checked_before_work(tmp_path):
         RunOptions(ray_address="auto")
     with pytest.raises(ConfigError, match="executor must be one of local, ray; got 'spark'"):
         RunOptions(executor="spark")
+
+
+def test_run_options_figures_flag():
+    """Figures are on by default; `--figures false` turns them off without touching the config."""
+    assert parse([], RunOptions).figures is True
+    assert parse(["--figures", "false"], RunOptions).figures is False
+    assert parse(["--figures"], RunOptions).figures is True

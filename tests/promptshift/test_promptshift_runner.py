@@ -1,5 +1,6 @@
 """The Tables 4-6 runner: config checks before any work, hand-computed tables, run folder, resume."""
 import json
+import shutil
 
 import pytest
 
@@ -127,6 +128,13 @@ def test_run_folder_and_resume(smol, tmp_path):
     figures = sorted(p.name for p in (out / "figures").iterdir())
     assert figures == ["scenarios_smollm2-135m.png", "variants.png"]
     assert all((out / "figures" / f).read_bytes()[:4] == b"\x89PNG" for f in figures)
+
+    # `--figures false`: the same records and tables, no figures drawn.
+    bare = out.parent / "no-figures"
+    shutil.copytree(out, bare, ignore=shutil.ignore_patterns("figures", "*.lock"))
+    again = run(cfg, RunOptions(out=str(bare), figures=False), llms=llms, show_progress=False)
+    assert json.dumps(again["settings"]) == json.dumps(final["settings"])
+    assert (bare / "tables.md").read_text() == tables and not (bare / "figures").exists()
 
     # A changed config never mixes into an existing run folder.
     with pytest.raises(ConfigError):
