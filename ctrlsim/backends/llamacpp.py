@@ -14,6 +14,7 @@ fresh KV cache, so a seeded reply does not depend on what else was in the batch.
 from __future__ import annotations
 
 import importlib.util
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,12 @@ from ctrlsim.backends.llm import (
     digit_token_ids,
 )
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelError
+
+
+def _release(resources: list) -> None:
+    """Close llama.cpp objects, newest first (a context before the model it uses)."""
+    while resources:
+        resources.pop().close()
 
 
 def _import_llama_cpp():
@@ -65,6 +72,10 @@ class LlamaCppLLM(LLM):
         self.parallel_ctx = max(parallel_ctx or 2 * n_ctx, n_ctx)
         self._model = None  # the llama_cpp.Llama, loaded by `_load`
         self._parallel = None  # the ParallelContext, created on first parallel use
+        # What is open, in the order it was opened; closed by `close()` or, at the latest, at interpreter
+        # exit while llama_cpp's module is still intact (its own __del__ then would find it half torn down).
+        self._open: list = []
+        self._finalizer = weakref.finalize(self, _release, self._open)
         self._sequential_evaluated = 0
         self._grammars: dict[str, object] = {}  # schema JSON text -> LlamaGrammar (compiled once)
 
@@ -117,6 +128,7 @@ class LlamaCppLLM(LLM):
         self._formatter = formatter_cls(template=template, eos_token=eos, bos_token=bos)
         self._digit_ids = digit_token_ids(lambda t: llm.tokenize(t.encode(), add_bos=False, special=False))
         self._model = llm
+        self._open.append(llm)
 
     def _parallel_context(self):
         """The parallel-sequence context for `n_parallel` workers (rebuilt if that setting changed)."""
@@ -126,9 +138,11 @@ class LlamaCppLLM(LLM):
         if self._parallel is None or self._parallel.workers != self.n_parallel:
             if self._parallel is not None:
                 self._sequential_evaluated += self._parallel.evaluated_tokens
+                self._open.remove(self._parallel)
                 self._parallel.close()
             self._parallel = ParallelContext(llm, n_seq=self.n_parallel + 1, n_ctx=self.parallel_ctx,
                                              n_batch=max(self.n_batch, 512), n_threads=self.n_threads)
+            self._open.append(self._parallel)
         return self._parallel
 
     @property
@@ -244,9 +258,7 @@ class LlamaCppLLM(LLM):
             self._parallel.reset()
 
     def close(self) -> None:
-        if self._parallel is not None:
-            self._parallel.close()
-            self._parallel = None
-        if self._model is not None:
-            self._model.close()
-            self._model = None
+        """Free the context(s) and the weights; the next uncached call loads them again."""
+        _release(self._open)
+        self._parallel = None
+        self._model = None

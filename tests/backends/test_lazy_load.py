@@ -39,3 +39,15 @@ def test_encoder_loads_on_the_first_cache_miss_only(tmp_path, monkeypatch):
     warm = load_encoder("minilm")
     assert np.array_equal(warm.encode(["a space opera", "a romantic comedy"]), vectors)
     assert not warm.loaded
+
+
+def test_close_frees_and_a_later_call_reloads(llm_or_skip):
+    llm = llm_or_skip("smollm2-135m", n_parallel=4)
+    first = llm.chat(CONVS, max_tokens=4)  # two prompts: the parallel context is opened too
+    assert llm.loaded
+    llm.close()
+    assert not llm.loaded
+    assert [r.text for r in llm.chat(CONVS, max_tokens=4)] == [r.text for r in first]
+    llm.close()
+    llm.close()  # closing twice is harmless
+
