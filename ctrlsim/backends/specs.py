@@ -22,28 +22,26 @@ from ctrlsim.errors import ConfigError, ModelNotFoundError
 RUNTIMES = ("llamacpp", "transformers", "vllm", "openai")
 
 
+def _env_int(name: str, default: int, low: int, bound: str) -> int:
+    """The integer in $name (`default` when unset), at least `low`; `bound` says so in the error."""
+    value = os.environ.get(name, str(default))
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be an integer, got {value!r}") from exc
+    if number < low:
+        raise ConfigError(f"{name} must be {bound}, got {number}")
+    return number
+
+
 def default_threads() -> int:
     """Threads for CPU runtimes: $CTRLSIM_THREADS, else 1 (2 threads on a busy 2-core box spin-wait)."""
-    value = os.environ.get("CTRLSIM_THREADS", "1")
-    try:
-        threads = int(value)
-    except ValueError as exc:
-        raise ConfigError(f"CTRLSIM_THREADS must be an integer, got {value!r}") from exc
-    if threads < 1:
-        raise ConfigError(f"CTRLSIM_THREADS must be >= 1, got {threads}")
-    return threads
+    return _env_int("CTRLSIM_THREADS", 1, 1, ">= 1")
 
 
 def default_gpu_layers() -> int:
     """Layers llama.cpp offloads to a GPU: $CTRLSIM_GPU_LAYERS (-1: all), else 0 (CPU only)."""
-    value = os.environ.get("CTRLSIM_GPU_LAYERS", "0")
-    try:
-        layers = int(value)
-    except ValueError as exc:
-        raise ConfigError(f"CTRLSIM_GPU_LAYERS must be an integer, got {value!r}") from exc
-    if layers < -1:
-        raise ConfigError(f"CTRLSIM_GPU_LAYERS must be -1 (all layers) or >= 0, got {layers}")
-    return layers
+    return _env_int("CTRLSIM_GPU_LAYERS", 0, -1, "-1 (all layers) or >= 0")
 
 
 def parse_spec(spec: str) -> tuple[str | None, str]:
