@@ -289,10 +289,10 @@ def run_evolve(
         tables = render_tables(config, result.generations, result.phases, evaluation)
         if levels:
             tables += "\n" + level_tables(levels)
-            if options.figures:
-                save_level_figure(folder, levels)
         folder.write_tables(tables)
         if options.figures:
+            if levels:
+                save_level_figure(folder, levels)
             save_figures(folder, result.generations, evaluation)
     return {
         "final": result.final,
