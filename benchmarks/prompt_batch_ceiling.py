@@ -11,8 +11,9 @@ that at a batch of one suffix.
 This script measures that throughput (tokens/s of CPU time, one sequence, fresh
 KV cache per repetition) at several batch sizes, side by side in one run, and
 prints each as a ratio to the batch of `--suffix` tokens. On a CPU the curve is
-flat beyond a few dozen tokens (evaluation is compute-bound); on a GPU it keeps
-rising, which is where parallel sequences pay off.
+flat beyond a few dozen tokens (evaluation is compute-bound). A GPU is far from
+busy at a few dozen tokens, which is where parallel sequences pay off (on an
+H200, parallel rating was 2.9-3.3x the sequential path; docs/performance.md).
 
     python benchmarks/prompt_batch_ceiling.py --model qwen2.5-0.5b
 """
