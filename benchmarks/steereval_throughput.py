@@ -60,9 +60,6 @@ def main() -> None:
     # Every variant writes its profiles before timing (same greedy path, so the same texts), so each
     # times exactly the two rankings of a scenario: the original profile's and the steered one's.
     llm.n_parallel = args.parallel
-    for env in (parallel, batched, naive):
-        for sc in scenarios:
-            env.original_profile(sc)
     profiles = [[env.original_profile(sc) for sc in scenarios] for env in (parallel, batched, naive)]
     if not profiles[0] == profiles[1] == profiles[2]:
         raise SystemExit("the variants wrote different profiles; the comparison would not be fair")
