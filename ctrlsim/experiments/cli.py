@@ -6,6 +6,7 @@ import json
 import sys
 
 from ctrlsim.errors import CtrlsimError
+from ctrlsim.experiments.runner import RUNNER_MODULES
 
 
 def _print_table(rows: list[dict], columns: list[str]) -> None:
@@ -64,7 +65,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `ctrlsim` parser; protocol runners (steereval, promptshift) parse their own arguments."""
+    """The `ctrlsim` parser; the runners and `report` parse their own arguments (`commands`)."""
     parser = argparse.ArgumentParser(prog="ctrlsim", description="Measure how controllable recommenders are.")
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="datasets, LLMs and encoders available offline")
@@ -73,31 +74,29 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="summary of a dataset")
     data.add_argument("dataset", nargs="?", default="ml-100k", help="built-in name or path")
     data.set_defaults(func=cmd_data)
-    for name in PROTOCOLS:
+    for name in RUNNER_MODULES:
         sub.add_parser(name, help=f"{name} tables (see `ctrlsim {name} --help`)", add_help=False)
+    sub.add_parser("report", help="rebuild tables and figures from run folders (see `ctrlsim report --help`)",
+                   add_help=False)
     return parser
 
 
-# Runners that parse their own arguments: `ctrlsim <name> ...` calls `<module>.main(argv)`.
-PROTOCOLS = {"probe": "ctrlsim.experiments.probe_run",
-             "steereval": "ctrlsim.experiments.steereval_tables",
-             "promptshift": "ctrlsim.experiments.promptshift_tables",
-             "ctrlbench": "ctrlsim.experiments.ctrlbench",
-             "evolve": "ctrlsim.experiments.evolve"}
+# Every runner of the one table (`ctrlsim.experiments.runner.RUNNER_MODULES`) is a subcommand.
+PROTOCOLS = RUNNER_MODULES
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in PROTOCOLS:
-        import importlib
-
-        try:
-            return importlib.import_module(PROTOCOLS[argv[0]]).main(argv[1:])
-        except CtrlsimError as exc:
-            print(f"ctrlsim: error: {exc}", file=sys.stderr)
-            return 2
-    args = build_parser().parse_args(argv)
     try:
+        if argv and argv[0] in RUNNER_MODULES:
+            from ctrlsim.experiments.commands import runner_main
+
+            return runner_main(argv[0], argv[1:])
+        if argv and argv[0] == "report":
+            from ctrlsim.experiments.commands import report_main
+
+            return report_main(argv[1:])
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except CtrlsimError as exc:
         print(f"ctrlsim: error: {exc}", file=sys.stderr)

@@ -23,7 +23,6 @@ formula); see `ctrlsim.metrics.controllability.target_exploration_efficiency` fo
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import time
@@ -32,14 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ctrlsim.errors import ConfigError, DataError, DataFileError
-from ctrlsim.experiments.config import (
-    RunOptions,
-    check_choices,
-    check_range,
-    config_from_args,
-    config_to_dict,
-    runner_parser,
-)
+from ctrlsim.experiments.config import RunOptions, check_choices, check_range, config_to_dict
+from ctrlsim.experiments.runner import Runner
 
 DEFAULT_OUT = "results/ctrlbench"
 ROSTER_METHOD = "roster"
@@ -373,99 +366,73 @@ def episode_record(config, method, box, target, seed, population, trace, target_
     }
 
 
-# ----------------------------------------------------------------------------- the run
+# ----------------------------------------------------------------------------- the runner
+
+def _check(ctx) -> None:
+    check_targets(ctx.config, _dataset(ctx.config))  # bad targets and rosters fail before any model loads
+
+
+def _identity(ctx) -> dict:
+    stored = config_to_dict(ctx.config)
+    if ctx.config.roster is not None:
+        stored["roster_sha256"] = _roster_digest(ctx.config.roster)
+    return stored
+
+
+def _from_identity(identity) -> CtrlBenchConfig:
+    from ctrlsim.experiments.config import config_from_dict
+
+    return config_from_dict(CtrlBenchConfig, {k: v for k, v in identity.items() if k != "roster_sha256"})
+
+
+def _plan(ctx, finished) -> list[str]:
+    return ctx.config.keys()
+
+
+def _sizes(config: CtrlBenchConfig) -> dict[str, int]:
+    dataset = _dataset(config)
+    return {tag: len(dataset.items_with_tag(tag)) for tag in config.targets}
+
+
+def _on_stored(ctx, key: str, record: dict) -> None:
+    name = key.replace("|", "_").replace("=", "").replace(":", "-").replace("/", "-")
+    ctx.folder.write_json(f"rosters/{name}.json", record["personas"])
+
+
+def _report(ctx, records) -> str:
+    from ctrlsim.experiments.ctrlbench_report import render_tables
+
+    return render_tables(ctx.config, dict(records), _sizes(ctx.config))
+
+
+def _figures(ctx, records) -> None:
+    from ctrlsim.experiments.ctrlbench_report import save_figures
+
+    save_figures(ctx.folder, ctx.config, dict(records), _sizes(ctx.config))
+
+
+RUNNER = Runner(name="ctrlbench", config_cls=CtrlBenchConfig, description=__doc__, unit_fn=run_episode,
+                plan=_plan, report=_report, figures=_figures, check=_check, identity=_identity,
+                from_identity=_from_identity, on_stored=_on_stored,
+                extensible=("methods", "recommenders", "targets", "seeds"),
+                llm_fields=("llm", "recommender_llm"), presets=PRESETS, default_out=DEFAULT_OUT,
+                unit_name="episodes")
+
 
 def run_ctrlbench(config: CtrlBenchConfig, options: RunOptions | None = None, *, show_progress: bool = True,
                   max_episodes: int | None = None) -> dict:
-    """Run (or resume) the comparison; returns {"records", "tables", "out"}.
+    """Run (or resume) the comparison; returns {"records", "tables", "out", "failed"}.
 
     `max_episodes` stops after that many new episodes (tests use it to interrupt a run).
     """
-    from ctrlsim.experiments.ctrlbench_report import render_tables, save_figures
-    from ctrlsim.experiments.executor import executor_from_options, is_failure
-    from ctrlsim.experiments.runfolder import RunFolder
+    from ctrlsim.experiments.driver import drive
 
-    options = options or RunOptions()
-    dataset = _dataset(config)
-    sizes = check_targets(config, dataset)  # bad targets and rosters fail here, before any model loads
-    out = Path(options.out or DEFAULT_OUT)
-    stored = config_to_dict(config)
-    if config.roster is not None:
-        stored["roster_sha256"] = _roster_digest(config.roster)
-    with RunFolder(out, stored, overwrite=options.overwrite) as folder:
-        store = folder.store
-        todo = [k for k in config.keys() if k not in store]
-        if max_episodes is not None:
-            todo = todo[:max_episodes]
-
-        failed: dict[str, str] = {}
-
-        def on_record(key: str, record: dict) -> None:
-            if is_failure(record):  # not stored: a rerun retries the episode
-                failed[key] = record["error"]
-                return
-            store.add(key, record)
-            name = key.replace("|", "_").replace("=", "").replace(":", "-").replace("/", "-")
-            folder.write_json(f"rosters/{name}.json", record["personas"])
-            folder.write_tables(render_tables(config, _records(store), sizes))
-
-        if todo:
-            with executor_from_options(options) as executor:
-                executor.run(run_episode, config, todo, on_record, progress=show_progress, desc="episodes")
-        records = _records(store)
-        tables = render_tables(config, records, sizes)
-        folder.write_tables(tables)
-        if options.figures:
-            save_figures(folder, config, records)
-        failed.update({k: r["error"] for k, r in store.records() if is_failure(r)})  # older folders
-    return {"records": records, "tables": tables, "out": str(out), "failed": failed}
-
-
-def _records(store) -> dict[str, dict]:
-    from ctrlsim.experiments.executor import is_failure
-
-    return {k: r for k, r in store.records() if not is_failure(r)}
-
-
-# ----------------------------------------------------------------------------- CLI
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = runner_parser("ctrlsim ctrlbench", __doc__, CtrlBenchConfig)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=argparse.SUPPRESS,
-                        help="start from a preset (paper: K=100/26, t=20, six genres, five boxes); "
-                             "flags given as well override it")
-    return parser
-
-
-def config_from_cli(args: argparse.Namespace) -> CtrlBenchConfig:
-    """The config from a preset (if any) with the explicitly given flags on top.
-
-    A preset's methods that no module registered (the evolution loop's, when it is not
-    installed) are left out with a note, so the rest of the preset still runs.
-    """
-    import sys
-
-    from ctrlsim.agents.methods import known_methods
-
-    base = dict(PRESETS[args.preset]) if getattr(args, "preset", None) else {}
-    if "methods" in base:
-        missing = [m for m in base["methods"] if m not in known_methods()]
-        if missing:
-            print(f"note: preset methods not available here, left out: {', '.join(missing)}", file=sys.stderr)
-        base["methods"] = tuple(m for m in base["methods"] if m not in missing)
-    return config_from_args(CtrlBenchConfig, args, **{k: v for k, v in base.items() if k not in vars(args)})
+    result = drive(RUNNER, config, options, show_progress=show_progress, max_units=max_episodes)
+    return {"records": result.records_by_key, "tables": result.markdown, "out": str(result.out),
+            "failed": result.failed}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    config = config_from_cli(args)  # validates every value before any model loads
-    options = config_from_args(RunOptions, args)
-    started = time.perf_counter()
-    result = run_ctrlbench(config, options)
-    print(result["tables"])
-    if result["failed"]:
-        print(f"{len(result['failed'])} episode(s) failed:")
-        for key, error in result["failed"].items():
-            print(f"  {key}: {error}")
-    print(f"run folder: {result['out']} ({time.perf_counter() - started:.0f} s)")
-    return 1 if result["failed"] else 0
+    from ctrlsim.experiments.commands import runner_main
+
+    return runner_main("ctrlbench", argv)

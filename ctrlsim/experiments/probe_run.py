@@ -8,18 +8,14 @@ all, see `ctrlsim.envs.ceiling`). Two units of work, each a pure function of (co
   ceiling   the beam-search ceiling from the same roster (rebuilt from the seed)
 
 Both go to the run folder (`config.json`, `records.jsonl`, `tables.md`) as soon as each is
-done, so an interrupted or failed run keeps what it finished and a rerun resumes. Without
-`--out` the folder is `results/probe/<box>-<target>-<config hash>`, so rerunning the same
-command resumes it and another config gets its own folder. Every flag is checked, and the
-output folder created, before any model loads. Totals printed (tokens, failures) are read
+done, so an interrupted or failed run keeps what it finished and a rerun resumes (the default
+folder is `results/probe`). Every flag is checked, and the output folder created, before any
+model loads. Totals printed (tokens, failures) are read
 back from the stored records, so a resumed run reports the whole run, not the last process.
 """
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,15 +29,8 @@ from ctrlsim.envs import PopulationEnv, ProbeSpec
 from ctrlsim.envs.registration import check_plain_data
 from ctrlsim.envs.tasks import TASKS
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments.config import (
-    RunOptions,
-    check_choice,
-    check_output_dir,
-    check_range,
-    config_from_args,
-    config_to_dict,
-    runner_parser,
-)
+from ctrlsim.experiments.config import RunOptions, check_choice, check_range, config_to_dict
+from ctrlsim.experiments.runner import Runner
 
 # Slate sizes of the CtrlBench-Rec reference runs: 20 for NARM, 3 for the others.
 PAPER_SLATE_SIZE = {"narm": 20}
@@ -128,13 +117,6 @@ class ProbeRunConfig:
         d = config_to_dict(self)
         d["slate_size"], d["checkpoints"] = self.resolved_slate_size, list(self.resolved_checkpoints)
         return d
-
-
-def default_out(config: ProbeRunConfig) -> Path:
-    """A folder named after the run, so reruns of one config resume and other configs do not collide."""
-    digest = hashlib.sha1(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{config.recommender}-{config.target}").strip("-")
-    return Path("results") / "probe" / f"{slug}-{digest}"
 
 
 # ----------------------------------------------------------------------------- the episode
@@ -227,14 +209,6 @@ def run_unit(config: ProbeRunConfig, key: str, *, show_progress: bool = False) -
     raise ConfigError(f"unknown probe-run unit {key!r}; units: {', '.join(UNITS)}")
 
 
-def _run_unit_with_progress(config: ProbeRunConfig, key: str) -> dict:
-    return run_unit(config, key, show_progress=True)
-
-
-def _run_unit_quiet(config: ProbeRunConfig, key: str) -> dict:
-    return run_unit(config, key, show_progress=False)
-
-
 # ----------------------------------------------------------------------------- checks and tables
 
 def preflight(config: ProbeRunConfig) -> None:
@@ -288,50 +262,90 @@ def format_tables(config: ProbeRunConfig, records: dict[str, dict]) -> str:
 
 # ----------------------------------------------------------------------------- the runner
 
+def _check(ctx) -> None:
+    preflight(ctx.config)
+
+
+def _plan(ctx, finished) -> list[str]:
+    return list(UNITS)
+
+
+def _report(ctx, records) -> str:
+    return format_tables(ctx.config, dict(records))
+
+
+def _figures(ctx, records) -> None:
+    """Coverage and efficiency at each checkpoint (the episode), with the ceiling's coverage."""
+    from ctrlsim.experiments.runfolder import new_figure
+
+    episode, ceiling = records.get("episode"), records.get("ceiling")
+    if not episode:
+        return
+    cps = [t for t in ctx.config.resolved_checkpoints if str(t) in episode["metrics"]]
+    fig, (left, right) = new_figure((9, 3.5), 1, 2)
+    left.plot(cps, [100 * episode["metrics"][str(t)]["coverage"] for t in cps], marker="o",
+              label=f"Base (random, K={ctx.config.agents})")
+    if ceiling and "at" in ceiling:
+        left.plot(cps, [100 * ceiling["at"][str(t)] for t in cps], marker="s", linestyle="--",
+                  label=f"ceiling ({ceiling['bound']})")
+    left.set_xlabel("round t")
+    left.set_ylabel("target coverage (%)")
+    left.set_title(f"{ctx.config.recommender}, target {ctx.config.target}")
+    left.legend()
+    effs = [episode["metrics"][str(t)]["efficiency"] for t in cps]
+    right.plot(cps, [e if np.isfinite(e) else np.nan for e in effs], marker="o")
+    right.set_xlabel("round t")
+    right.set_ylabel("exploration efficiency")
+    right.set_title("Efficiency (lower is better)")
+    ctx.folder.save_figure(fig, "coverage")
+
+
+def _payload(ctx):
+    return _RunUnit(ctx.config, ctx.show_progress and ctx.options.executor == "local")
+
+
+@dataclass(frozen=True)
+class _RunUnit:
+    config: ProbeRunConfig
+    show_progress: bool
+
+
+def probe_unit(unit: _RunUnit, key: str) -> dict:
+    """The executor's unit: `run_unit` with progress bars when it runs in the driver's process."""
+    return run_unit(unit.config, key, show_progress=unit.show_progress)
+
+
+def _identity(ctx) -> dict:
+    return ctx.config.to_dict()
+
+
+def _from_identity(identity) -> ProbeRunConfig:
+    from ctrlsim.experiments.config import config_from_dict
+
+    return config_from_dict(ProbeRunConfig, identity)
+
+
+RUNNER = Runner(name="probe", config_cls=ProbeRunConfig, description=__doc__, unit_fn=probe_unit,
+                plan=_plan, report=_report, figures=_figures, check=_check, payload=_payload,
+                identity=_identity, from_identity=_from_identity, default_out="results/probe")
+
+
 def run(config: ProbeRunConfig, options: RunOptions, *, show_progress: bool = True) -> tuple[dict, Path]:
-    """Run (or resume) the job into its run folder; returns (records by unit, folder)."""
-    from ctrlsim.experiments.executor import executor_from_options, is_failure
-    from ctrlsim.experiments.runfolder import RunFolder
+    """Run (or resume) the job into its run folder; returns (records by unit, folder).
 
-    out = Path(options.out) if options.out is not None else default_out(config)
-    check_output_dir(out)
-    preflight(config)
-    failed: dict[str, str] = {}
-    with RunFolder(out, config.to_dict(), overwrite=options.overwrite) as folder:
-        def on_record(key: str, record: dict) -> None:
-            if is_failure(record):  # not stored: a rerun tries the unit again
-                failed[key] = record["error"]
-                return
-            folder.store.add(key, record)
-            folder.write_tables(format_tables(config, dict(folder.store.records())))
+    Failed units raise `RunFailedError` after the finished ones are stored."""
+    from ctrlsim.experiments.driver import RunFailedError, drive
 
-        todo = [u for u in UNITS if u not in folder.store]
-        in_process = show_progress and options.executor == "local"
-        unit_fn = _run_unit_with_progress if in_process else _run_unit_quiet
-        with executor_from_options(options) as executor:
-            executor.run(unit_fn, config, todo, on_record, progress=show_progress, desc="probe-run units")
-        records = dict(folder.store.records())
-        folder.write_tables(format_tables(config, records))
-    if failed:
-        details = "; ".join(f"{k}: {v}" for k, v in failed.items())
-        raise ConfigError(f"{len(failed)} unit(s) failed ({details}); finished units are in {out}, "
-                          f"rerun the same command to retry the rest")
-    return records, out
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return runner_parser("ctrlsim probe", __doc__, ProbeRunConfig)
+    result = drive(RUNNER, config, options, show_progress=show_progress)
+    if result.failed:
+        raise RunFailedError(result)
+    return result.records_by_key, result.out
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    config = config_from_args(ProbeRunConfig, args)
-    options = config_from_args(RunOptions, args)
-    records, out = run(config, options)
-    print()
-    print(format_tables(config, records))
-    print(f"\nrun folder: {out}")
-    return 0
+    from ctrlsim.experiments.commands import runner_main
+
+    return runner_main("probe", argv)
 
 
 if __name__ == "__main__":

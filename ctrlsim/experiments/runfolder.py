@@ -45,14 +45,19 @@ def new_figure(figsize: tuple[float, float], nrows: int = 1, ncols: int = 1, *,
 class RunFolder:
     """A run's output folder; holds the records' writer lock until `close()`."""
 
-    def __init__(self, out: str | Path, config: dict, *, overwrite: bool = False):
+    def __init__(self, out: str | Path, config: dict, *, overwrite: bool = False,
+                 extensible: tuple[str, ...] = (), about: dict | None = None):
         self.path = Path(out)
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"output {str(self.path)!r} is a file, not a folder")
         self.path.mkdir(parents=True, exist_ok=True)
-        self.config = json.loads(json.dumps(config, default=_jsonable))
-        self.store = ResultStore(self.path / "records.jsonl", self.config, overwrite=overwrite)
-        self.write_json("config.json", {"config": self.config, "software": software_versions()})
+        config = json.loads(json.dumps(config, default=_jsonable))
+        self.store = ResultStore(self.path / "records.jsonl", config, overwrite=overwrite,
+                                 extensible=extensible)
+        self.config = self.store.config  # after an extension: the union of the stored and the asked-for
+        # `about`: what else config.json says of the run (the runner's name, open choices).
+        self.write_json("config.json", {**(about or {}), "config": self.config,
+                                        "software": software_versions()})
 
     # ------------------------------------------------------------------ artefacts
 

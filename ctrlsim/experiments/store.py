@@ -35,9 +35,17 @@ class StoreLockedError(ConfigError):
 
 
 class ResultStore:
-    def __init__(self, path: str | Path, config: dict, *, overwrite: bool = False):
+    """The records of one run; `extensible` names the config fields that may grow (see `identity`).
+
+    After an extension the stored config is the union: an `{"extend": config}` line records it
+    (appended, like everything else), and `config` is the union from then on.
+    """
+
+    def __init__(self, path: str | Path, config: dict, *, overwrite: bool = False,
+                 extensible: tuple[str, ...] = ()):
         self.path = Path(path)
         self.config = json.loads(json.dumps(config, default=_jsonable))  # normalise (tuples -> lists)
+        self.extensible = tuple(extensible)
         if self.path.is_dir():
             raise DataFileError(self.path, "is a folder, expected a JSON-lines result file")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,9 +74,7 @@ class ResultStore:
         header = _parse_line(lines[0])
         if not isinstance(header, dict) or "config" not in header:
             raise DataFileError(self.path, "line 1 is not a result-file header ({\"config\": ...})")
-        if header["config"] != self.config:
-            raise ConfigError(f"{self.path} holds results of another config; use another output or "
-                              f"--overwrite.\nstored: {header['config']}\nnow:    {self.config}")
+        stored = header["config"]
         for n, line in enumerate(lines[1:], 2):
             row = _parse_line(line)
             if row is None:
@@ -79,11 +85,23 @@ class ResultStore:
                 raise DataFileError(self.path, f"line {n} is not JSON: {line[:80]!r}")
             if row == REPAIR_MARKER:
                 continue
+            if isinstance(row, dict) and set(row) == {"extend"}:
+                stored = row["extend"]
+                continue
             if not isinstance(row, dict) or "key" not in row or "record" not in row:
                 raise DataFileError(self.path, f"line {n} is not a record "
                                                 "({{\"key\": ..., \"record\": ...}})")
-            self._records.setdefault(str(row["key"]), row["record"])
+            if not (isinstance(row["record"], dict) and _is_failure(row["record"])):
+                # Failure records (older versions stored some) are not results: the unit runs again.
+                self._records.setdefault(str(row["key"]), row["record"])
         self._needs_repair = torn_tail
+        if stored != self.config:
+            from ctrlsim.experiments.identity import extend_config
+
+            merged = extend_config(stored, self.config, self.extensible, where=str(self.path))
+            if merged != stored:
+                self._append({"extend": merged})
+            self.config = merged
 
     def __contains__(self, key: str) -> bool:
         return key in self._records
@@ -106,14 +124,17 @@ class ResultStore:
         if key in self._records:
             raise ConfigError(f"result key {key!r} already recorded in {self.path}")
         record = json.loads(json.dumps(record, default=_jsonable))
+        self._append({"key": key, "record": record})
+        self._records[key] = record
+
+    def _append(self, row: dict) -> None:
         with open(self.path, "a") as fh:
             if self._needs_repair:
                 fh.write("\n" + json.dumps(REPAIR_MARKER) + "\n")
                 self._needs_repair = False
-            fh.write(json.dumps({"key": key, "record": record}) + "\n")
+            fh.write(json.dumps(row) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self._records[key] = record
 
     def close(self) -> None:
         """Release the writer lock (also released when the process ends)."""
@@ -173,3 +194,34 @@ def _jsonable(value):
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return str(value)
+
+
+def read_run_records(path: str | Path) -> tuple[dict, dict[str, dict]]:
+    """(config, finished records by key) of a result file, read without taking its writer lock.
+
+    Safe while a run is still appending: a torn last line and repair markers are skipped, an
+    `extend` line updates the config, failure records (older folders stored some) are left out.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise DataFileError(path, "does not exist (not a run folder?)") from None
+    except UnicodeDecodeError as exc:
+        raise DataFileError(path, f"is not a UTF-8 text file (byte {exc.start})") from None
+    header = _parse_line(lines[0]) if lines else None
+    if not isinstance(header, dict) or "config" not in header:
+        raise DataFileError(path, "line 1 is not a result-file header ({\"config\": ...})")
+    config, records = header["config"], {}
+    for line in lines[1:]:
+        row = _parse_line(line)
+        if isinstance(row, dict) and set(row) == {"extend"}:
+            config = row["extend"]
+        elif isinstance(row, dict) and "key" in row and isinstance(row.get("record"), dict) \
+                and not _is_failure(row["record"]):
+            records.setdefault(str(row["key"]), row["record"])
+    return config, records
+
+
+def _is_failure(record: dict) -> bool:
+    return bool(record.get("failed")) and "error" in record

@@ -6,15 +6,8 @@ from ctrlsim.agents.population import EpisodeTrace, ProbeTrace
 
 from ctrlsim.errors import ConfigError, DataFileError
 from ctrlsim.experiments.config import RunOptions
-from ctrlsim.experiments.ctrlbench import (
-    CtrlBenchConfig,
-    build_parser,
-    config_from_cli,
-    episode_key,
-    main,
-    parse_key,
-    run_ctrlbench,
-)
+from ctrlsim.experiments.commands import build_parser, config_from_cli
+from ctrlsim.experiments.ctrlbench import RUNNER, CtrlBenchConfig, episode_key, main, parse_key, run_ctrlbench
 from ctrlsim.experiments.ctrlbench_report import round_curves
 
 
@@ -118,13 +111,14 @@ def test_cli_prints_tables_and_writes_the_run_folder(ml100k, tmp_path, capsys):
 
 
 def test_preset_paper_with_overrides():
-    parser = build_parser()
-    config = config_from_cli(parser.parse_args(["--preset", "paper", "--methods", "base-large,base-small"]))
+    parser = build_parser(RUNNER)
+    config = config_from_cli(RUNNER, parser.parse_args(["--preset", "paper", "--methods",
+                                                        "base-large,base-small"]))
     assert config.agents == (100, 26) and config.rounds == 20 and config.temperature == 1.0
     assert config.targets == ("Action", "Thriller", "Romance", "Adventure", "War", "Film-Noir")
     assert config.recommenders == ("twhin-bert", "bge", "narm", "sasrec", "keyword-bm25")
     assert config.methods == ("base-large", "base-small")
-    assert config_from_cli(parser.parse_args(["--preset", "paper", "--rounds", "5"])).rounds == 5
+    assert config_from_cli(RUNNER, parser.parse_args(["--preset", "paper", "--rounds", "5"])).rounds == 5
 
 
 def test_bad_roster_files_are_reported(ml100k, tmp_path):

@@ -1,0 +1,102 @@
+"""`ctrlsim <protocol> ...` and `ctrlsim report ...`: the command line over the driver, one for all runners.
+
+Every runner gets the same flags: one per config field (generated from its dataclass), the run
+options (`--out`, `--overwrite`, `--executor`, ...), `--config FILE` (start from the config of an
+earlier run's `config.json`; flags given as well override it) and, where the runner has presets,
+`--preset NAME`. Exit status: 0 when every unit finished, 1 when some failed (they are listed,
+nothing of theirs is stored, a rerun retries them), 2 for a bad value (nothing ran).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ctrlsim.errors import ConfigError, DataFileError
+from ctrlsim.experiments.config import RunOptions, config_from_args, config_to_dict, runner_parser
+from ctrlsim.experiments.runner import Runner, get_runner
+
+
+def build_parser(runner: Runner) -> argparse.ArgumentParser:
+    parser = runner_parser(f"ctrlsim {runner.name}", runner.description, runner.config_cls)
+    parser.add_argument("--config", dest="config_file", metavar="FILE", default=argparse.SUPPRESS,
+                        help="start from the config of an earlier run (its config.json, or a JSON object of "
+                             "config fields); flags given as well override it")
+    if runner.presets:
+        parser.add_argument("--preset", choices=sorted(runner.presets), default=argparse.SUPPRESS,
+                            help="start from a preset; flags given as well override it")
+    if runner.default_out:
+        parser.set_defaults(out=runner.default_out)
+    return parser
+
+
+def read_config_file(runner: Runner, path: str | Path) -> dict[str, Any]:
+    """The config fields stored in a run's config.json (or a bare JSON object of fields)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"--config {str(path)!r}: cannot read it ({exc.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataFileError(path, f"is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise DataFileError(path, "expected a JSON object (a run's config.json)")
+    if data.get("runner", runner.name) != runner.name:
+        raise ConfigError(f"--config {str(path)!r} is the config of a {data['runner']!r} run, "
+                          f"not of {runner.name!r}")
+    stored = data.get("config", data)
+    return config_to_dict(runner.config_from_identity(stored))
+
+
+def config_from_cli(runner: Runner, args: argparse.Namespace) -> Any:
+    """Config file, then preset, then the flags given on the command line (each overrides the one before)."""
+    base: dict[str, Any] = {}
+    if getattr(args, "config_file", None):
+        base.update(read_config_file(runner, args.config_file))
+    preset = getattr(args, "preset", None)
+    if preset:
+        base.update(runner.presets[preset])
+    given = {k for k in vars(args)}
+    return config_from_args(runner.config_cls, args, **{k: v for k, v in base.items() if k not in given})
+
+
+def runner_main(name: str, argv: Sequence[str] | None = None) -> int:
+    """`ctrlsim <name> ...`: parse, check, drive, print the tables and the failures."""
+    from ctrlsim.experiments.driver import drive, failure_summary
+
+    runner = get_runner(name)
+    args = build_parser(runner).parse_args(argv)
+    config = config_from_cli(runner, args)  # every value is checked here, before any model loads
+    options = config_from_args(RunOptions, args)
+    started = time.perf_counter()
+    result = drive(runner, config, options)
+    print(result.markdown)
+    if result.failed:
+        print(failure_summary(result), file=sys.stderr)
+    print(f"\nrun folder: {result.out} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
+def report_main(argv: Sequence[str] | None = None) -> int:
+    """`ctrlsim report RUN [RUN ...]`: rebuild tables and figures from run folders (merged)."""
+    from ctrlsim.experiments.report import rebuild_report
+
+    parser = argparse.ArgumentParser(prog="ctrlsim report", description=report_main.__doc__)
+    parser.add_argument("runs", nargs="+", help="run folders of one runner")
+    parser.add_argument("--out", default=None, help="where the merged tables and figures go (needed with "
+                                                    "several runs; default: rewrite the one run's own)")
+    parser.add_argument("--figures", type=_bool, default=True, help="write figures/*.png [default: true]")
+    args = parser.parse_args(argv)
+    markdown, out = rebuild_report(args.runs, out=args.out, figures=args.figures)
+    print(markdown)
+    print(f"\nreport: {out}", file=sys.stderr)
+    return 0
+
+
+def _bool(text: str) -> bool:
+    from ctrlsim.experiments.config import _parse_bool
+
+    return _parse_bool(text)

@@ -1,0 +1,239 @@
+"""The one driver every runner goes through: checks, run folder, resume, executor, failure policy.
+
+`drive(runner, config, options)` runs (or resumes, or extends) a run and returns a `RunResult`.
+The order is fixed, so every protocol behaves the same:
+
+1. every value was validated when the config and options were built; here every LLM spec
+   field is checked (an unknown model or a missing file is an error now, not in every unit), the
+   output location is checked, and the runner's own checks run (tags, users, roster files):
+   all before the first model loads;
+2. the run folder opens; its stored config must equal the asked-for config, or differ only by
+   new values in extensible fields (then the run is extended; see `identity`);
+3. waves of units: the runner plans the units not yet finished, the executor runs them, and
+   each finished record is stored as it arrives. A unit that raised is a *failure*: it is never
+   stored (a rerun retries exactly those units), its reason is kept, and the rest go on;
+4. tables and figures are rebuilt from every finished record;
+5. failures are reported: `RunResult.failed` names each failed unit and its reason, and
+   `ctrlsim.run` / the CLI turn a non-empty one into an error and a non-zero exit.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ctrlsim.errors import CtrlsimError
+from ctrlsim.experiments.config import RunOptions, check_output_dir
+from ctrlsim.experiments.runner import RunContext, Runner
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TABLES_EVERY_S = 15.0  # how often tables.md is rewritten while units arrive (and once at the end)
+FAILURES_SHOWN = 20
+
+
+class RunFailedError(CtrlsimError, RuntimeError):
+    """Some units of a run failed; what finished is stored and `result` holds it.
+
+    A rerun of the same command retries exactly the failed units."""
+
+    def __init__(self, result: RunResult):
+        self.result = result
+        super().__init__(failure_summary(result))
+
+
+@dataclass
+class RunResult:
+    """What a run left in its folder: finished records, the tables, and the units that failed."""
+
+    protocol: str
+    out: Path
+    config: dict
+    records_by_key: dict[str, dict]
+    markdown: str
+    failed: dict[str, str] = field(default_factory=dict)
+    planned: int = 0
+    ran: int = 0
+    seconds: float = 0.0
+    context: RunContext | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    @property
+    def records(self) -> list[dict]:
+        """Every finished record, each with its unit key under `"key"`."""
+        return [{"key": key, **record} for key, record in self.records_by_key.items()]
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The run's tables as DataFrames, named by their headings in tables.md."""
+        from ctrlsim.experiments.tables import markdown_tables
+
+        return markdown_tables(self.markdown)
+
+
+def failure_summary(result: RunResult) -> str:
+    """A few lines: how many units failed, which, and why (the first `FAILURES_SHOWN`)."""
+    lines = [f"{len(result.failed)} of {result.planned} {result.protocol} unit(s) failed and were not "
+             f"stored; {len(result.records_by_key)} finished unit(s) are in {result.out}. "
+             "Rerun the same command to retry the failed ones:"]
+    for key, error in list(result.failed.items())[:FAILURES_SHOWN]:
+        lines.append(f"  {key}: {error}")
+    if len(result.failed) > FAILURES_SHOWN:
+        lines.append(f"  ... and {len(result.failed) - FAILURES_SHOWN} more")
+    return "\n".join(lines)
+
+
+class UnitsFailed(CtrlsimError, RuntimeError):
+    """Raised by a runner's driver-side hook (`prepare`) when units it ran failed."""
+
+    def __init__(self, failed: Mapping[str, str]):
+        self.failed = dict(failed)
+        super().__init__("; ".join(f"{k}: {v}" for k, v in self.failed.items()))
+
+
+def check_llm_fields(runner: Runner, config: Any, resources: Mapping[str, Any]) -> None:
+    """Every LLM spec the config names can be loaded in principle (nothing is loaded here)."""
+    from ctrlsim.backends.spec_check import check_llm_spec
+
+    for name in runner.llm_fields:
+        value = getattr(config, name)
+        specs = value if isinstance(value, (tuple, list)) else (value,)
+        for spec in specs:
+            if spec is None or spec in resources:
+                continue
+            check_llm_spec(spec, name=name)
+
+
+def _finished(store) -> dict[str, dict]:
+    from ctrlsim.experiments.executor import is_failure
+
+    return {k: r for k, r in store.records() if not is_failure(r)}
+
+
+def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, show_progress: bool = True,
+          resources: Mapping[str, Any] | None = None, max_units: int | None = None) -> RunResult:
+    """Run, resume or extend `config` with `runner` (see the module docstring); never raises for
+    failed units (see `RunResult.failed`); `max_units` stops after that many new units (tests)."""
+    from ctrlsim.experiments.executor import executor_from_options, is_failure
+    from ctrlsim.experiments.runfolder import RunFolder
+
+    options = options or RunOptions()
+    started = time.perf_counter()
+    out = runner.out_for(options)
+    check_output_dir(out)
+    resources = dict(resources or {})
+    ctx = RunContext(runner, config, options, show_progress=show_progress, resources=resources)
+    check_llm_fields(runner, config, resources)
+    runner.check(ctx)
+    identity = runner.identity(ctx)
+    failed: dict[str, str] = {}
+    ran = 0
+    with RunFolder(out, identity, overwrite=options.overwrite, extensible=runner.extensible,
+                   about={"runner": runner.name}) as folder:
+        ctx.folder = folder
+        store = folder.store
+        # The tables cover everything in the folder: after an extension, the union config.
+        report_ctx = ctx if folder.config == identity else replace(
+            ctx, config=runner.config_from_identity(folder.config))
+        last_tables = [time.perf_counter()]
+
+        def write_tables(force: bool = False) -> str:
+            if not force and time.perf_counter() - last_tables[0] < TABLES_EVERY_S:
+                return ""
+            last_tables[0] = time.perf_counter()
+            text = runner.report(report_ctx, _finished(store))
+            folder.write_tables(text)
+            return text
+
+        def on_record(key: str, record: dict) -> None:
+            nonlocal ran
+            if is_failure(record):  # never stored: a rerun retries the unit
+                failed[key] = record["error"]
+                return
+            store.add(key, record)
+            ran += 1
+            if runner.on_stored is not None:
+                runner.on_stored(ctx, key, record)
+            write_tables()
+
+        planned: set[str] = set()
+        executor = None
+        waves = True
+        try:
+            if runner.prepare is not None:
+                try:
+                    runner.prepare(ctx)
+                except UnitsFailed as exc:  # later units depend on these: no wave can run
+                    failed.update(exc.failed)
+                    waves = False
+            while waves:
+                finished = _finished(store)
+                wave = list(runner.plan(ctx, finished))
+                planned.update(wave)
+                todo = [k for k in wave if k not in finished and k not in failed]
+                if max_units is not None:
+                    todo = todo[:max(0, max_units - ran - len(failed))]
+                if not todo:
+                    break
+                if executor is None:
+                    executor = executor_from_options(options).__enter__()
+                executor.run(runner.unit_fn, runner.payload(ctx), todo, on_record,
+                             progress=show_progress, desc=f"{runner.name} {runner.unit_name}")
+        finally:
+            if executor is not None:
+                executor.close()
+        markdown = write_tables(force=True)
+        records = _finished(store)
+        if options.figures and records:
+            runner.figures(report_ctx, records)
+        stored_config = dict(folder.config)
+    return RunResult(runner.name, out, stored_config, records, markdown, failed,
+                     planned=len(planned | set(failed)), ran=ran, seconds=time.perf_counter() - started,
+                     context=ctx)
+
+
+def run(protocol: str, out: str | Path | None = None, *, options: RunOptions | None = None,
+        show_progress: bool = True, raise_on_failure: bool = True, resources: Mapping[str, Any] | None = None,
+        **config_fields: Any) -> RunResult:
+    """Run any registered protocol from Python, with the CLI's resume and failure policy.
+
+    `ctrlsim.run("probe", out="results/p", agents=4, rounds=5)` builds the protocol's config from
+    the keyword arguments (unknown names are an error), runs or resumes it in `out`, and returns
+    the `RunResult` (`records`, `tables` as DataFrames). Failed units raise `RunFailedError`
+    (its `result` keeps what finished) unless `raise_on_failure=False`.
+    """
+    from ctrlsim.experiments.config import config_from_dict
+    from ctrlsim.experiments.runner import get_runner
+
+    runner = get_runner(protocol)
+    config = config_from_dict(runner.config_cls, _with_presets(runner, config_fields))
+    options = options or RunOptions()
+    if out is not None:
+        options = replace(options, out=str(out))
+    result = drive(runner, config, options, show_progress=show_progress, resources=resources)
+    if result.failed and raise_on_failure:
+        raise RunFailedError(result)
+    return result
+
+
+def _with_presets(runner: Runner, fields: dict[str, Any]) -> dict[str, Any]:
+    fields = dict(fields)
+    preset = fields.pop("preset", None)
+    if preset is None:
+        return fields
+    if preset not in runner.presets:
+        from ctrlsim.errors import ConfigError
+
+        raise ConfigError(f"{runner.name}: unknown preset {preset!r}; presets: {', '.join(runner.presets)}")
+    return {**runner.presets[preset], **fields}
+
+
+def print_failures(result: RunResult) -> None:
+    if result.failed:
+        print(failure_summary(result), file=sys.stderr)

@@ -1,0 +1,136 @@
+"""The runner contract: what a protocol declares; `ctrlsim.experiments.driver` does the rest.
+
+A runner names
+
+* its **config** dataclass (flags are generated from it; it validates itself in `__post_init__`),
+* `check(config)`: the up-front checks that need data (tags exist, users suffice, a roster file
+  parses); every model spec field named in `llm_fields` is checked by the driver as well,
+  before the first model loads,
+* `plan(config, finished)`: the unit keys to run now. The driver calls it again after each wave
+  until it names no unit that is not finished, so a runner whose later units depend on earlier
+  records (evolve) plans them in waves; most plan every unit at once,
+* `payload(ctx)`: the picklable object the unit function receives (default: the config),
+* `unit_fn(payload, key) -> record`: a top-level, pure function (see `executor`),
+* `report(ctx, records)`: the tables (markdown) and `figures(ctx, records)`: the PNGs,
+
+plus how the config is stored (`identity`), which tuple fields may grow in an existing run
+folder (`extensible`, e.g. seeds), and driver-side hooks. `RUNNERS` is the one table of
+runners; the CLI builds its subcommands from it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from ctrlsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ctrlsim.experiments.config import RunOptions
+    from ctrlsim.experiments.runfolder import RunFolder
+
+
+@dataclass
+class RunContext:
+    """What the driver hands a runner's hooks: the config, the options and (once open) the folder."""
+
+    runner: Runner
+    config: Any
+    options: RunOptions
+    folder: RunFolder | None = None
+    show_progress: bool = True
+    # Runner-private values computed once per run (dataset sizes, the user sample, ...).
+    state: dict[str, Any] = field(default_factory=dict)
+    # Live objects passed through the Python API (tests and benchmarks share a loaded LLM).
+    resources: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def out(self) -> Path:
+        assert self.folder is not None, "the run folder is open only inside the driver"
+        return self.folder.path
+
+
+def _config_identity(ctx: RunContext) -> dict:
+    from ctrlsim.experiments.config import config_to_dict
+
+    return config_to_dict(ctx.config)
+
+
+def _plan_nothing(ctx: RunContext, finished: Mapping[str, dict]) -> list[str]:
+    return []
+
+
+def _payload_is_config(ctx: RunContext) -> Any:
+    return ctx.config
+
+
+def _no_check(ctx: RunContext) -> None:
+    return None
+
+
+def _no_figures(ctx: RunContext, records: Mapping[str, dict]) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Runner:
+    """One protocol's declaration (see the module docstring)."""
+
+    name: str
+    config_cls: type
+    description: str
+    unit_fn: Callable[[Any, str], dict]
+    plan: Callable[[RunContext, Mapping[str, dict]], list[str]] = _plan_nothing
+    report: Callable[[RunContext, Mapping[str, dict]], str] = lambda ctx, records: ""
+    figures: Callable[[RunContext, Mapping[str, dict]], None] = _no_figures
+    check: Callable[[RunContext], None] = _no_check
+    payload: Callable[[RunContext], Any] = _payload_is_config
+    identity: Callable[[RunContext], dict] = _config_identity
+    # Tuple fields whose new values extend a run folder (new units run, finished ones stay).
+    extensible: tuple[str, ...] = ()
+    # Config fields holding LLM specs (a string or a tuple of strings), checked before any loading.
+    llm_fields: tuple[str, ...] = ()
+    # Driver-side hooks: before the first wave (folder open) and after each stored record.
+    prepare: Callable[[RunContext], None] | None = None
+    on_stored: Callable[[RunContext, str, dict], None] | None = None
+    # CLI extras: a preset table (`--preset NAME`) and the default of `--out`.
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    default_out: str = ""
+    unit_name: str = "units"
+    # The config a stored identity describes, where `identity` is not the plain config dict.
+    from_identity: Callable[[Mapping[str, Any]], Any] | None = None
+
+    def out_for(self, options: RunOptions) -> Path:
+        return Path(options.out or self.default_out or f"results/{self.name}")
+
+    def config_from_identity(self, identity: Mapping[str, Any]) -> Any:
+        """The config a stored identity describes (fields the config does not have are ignored)."""
+        from ctrlsim.experiments.config import config_from_dict
+
+        if self.from_identity is not None:
+            return self.from_identity(identity)
+        names = {f.name for f in dataclasses.fields(self.config_cls) if f.init}
+        return config_from_dict(self.config_cls, {k: v for k, v in identity.items() if k in names})
+
+
+# The one table of runners: name -> module defining `RUNNER`. Modules load on first use, so
+# `ctrlsim --help` and `ctrlsim info` import none of them.
+RUNNER_MODULES: dict[str, str] = {
+    "probe": "ctrlsim.experiments.probe_run",
+    "ctrlbench": "ctrlsim.experiments.ctrlbench",
+    "evolve": "ctrlsim.experiments.evolve",
+    "steereval": "ctrlsim.experiments.steereval_tables",
+    "promptshift": "ctrlsim.experiments.promptshift_tables",
+}
+
+
+def get_runner(name: str) -> Runner:
+    """The registered runner `name` (a `ConfigError` names the known ones)."""
+    if name not in RUNNER_MODULES:
+        raise ConfigError(f"unknown protocol {name!r}; runners: {', '.join(RUNNER_MODULES)}")
+    runner = importlib.import_module(RUNNER_MODULES[name]).RUNNER
+    if not isinstance(runner, Runner) or runner.name != name:
+        raise ConfigError(f"{RUNNER_MODULES[name]}.RUNNER is not the Runner {name!r}")
+    return runner
