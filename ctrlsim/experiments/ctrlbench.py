@@ -335,7 +335,7 @@ def run_episode(config: CtrlBenchConfig, key: str) -> dict:
 def episode_record(config, method, box, target, seed, population, trace, target_items, recommender, llm, *,
                    seconds: float) -> dict:
     """The stored record: per-round curves, per-probe results, costs and identities."""
-    from ctrlsim.experiments.ctrlbench_report import round_curves
+    from ctrlsim.experiments.curves import round_curves
 
     probes = []
     for p in trace.probes:

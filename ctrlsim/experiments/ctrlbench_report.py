@@ -13,33 +13,16 @@ is defined, and say how many episodes that was.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Mapping
+from typing import Mapping
 
 import numpy as np
 
-from ctrlsim.metrics import controllability as M
-
-CURVES = ("coverage", "efficiency", "efficiency_all_likes", "len", "tokens")
+from ctrlsim.experiments.curves import CURVES, round_curves  # noqa: F401 - re-exported for callers
 
 
-def _finite(value: float) -> float | None:
-    return None if value is None or not np.isfinite(value) else float(value)
-
-
-def round_curves(trace, target_items: Iterable[str], rounds: int) -> dict[str, list]:
-    """Each metric after rounds 1..rounds for one episode (a probe dropped early keeps what it had)."""
-    target = set(target_items)
-    out: dict[str, list] = {name: [] for name in CURVES}
-    for t in range(1, rounds + 1):
-        likes = [[i for r in p.likes_per_round[:t] for i in r] for p in trace.probes]
-        tokens = [p.tokens_per_round[min(t, len(p.tokens_per_round)) - 1] if p.tokens_per_round else 0
-                  for p in trace.probes]
-        out["coverage"].append(_finite(M.coverage(likes, target)))
-        out["efficiency"].append(_finite(M.target_exploration_efficiency(likes, target)))
-        out["efficiency_all_likes"].append(_finite(M.exploration_efficiency(likes, target)))
-        out["len"].append(M.average_behaviour_length(likes))
-        out["tokens"].append(M.average_tokens(tokens))
-    return out
+def _labels(records: Mapping[str, dict]) -> dict[str, str]:
+    """Method -> its label, as every record stores it (a method without records shows its name)."""
+    return {r["method"]: r.get("label", r["method"]) for r in records.values()}
 
 
 def _mean(values) -> float | None:
@@ -67,8 +50,6 @@ def table1(config, records: Mapping[str, dict]) -> str:
     """Table 1: Coverage (%) and Exploration Efficiency at the report rounds, per box x method."""
     from tabulate import tabulate
 
-    from ctrlsim.experiments.ctrlbench import method_label
-
     cps = config.report_rounds()
     groups = _grouped(records, "recommender", "method")
     header = ["Black-Box", "Method", "n"] + [f"Cov% t={t}" for t in cps] + [f"Eff t={t}" for t in cps]
@@ -78,7 +59,7 @@ def table1(config, records: Mapping[str, dict]) -> str:
             recs = groups.get((box, method), [])
             if not recs:
                 continue
-            row = [box, method_label(method), len(recs)]
+            row = [box, recs[0].get("label", method), len(recs)]
             row += [_fmt(_mean(_at(r, "coverage", t) for r in recs), 100) for t in cps]
             row += [_fmt(_mean(_at(r, "efficiency", t) for r in recs)) for t in cps]
             rows.append(row)
@@ -88,8 +69,6 @@ def table1(config, records: Mapping[str, dict]) -> str:
 def table7(config, records: Mapping[str, dict]) -> str:
     """Table 7: Coverage, Efficiency, Len, Tokens at t = rounds per method (all boxes, targets, seeds)."""
     from tabulate import tabulate
-
-    from ctrlsim.experiments.ctrlbench import method_label
 
     t = config.rounds
     groups = _grouped(records, "method")
@@ -103,7 +82,7 @@ def table7(config, records: Mapping[str, dict]) -> str:
         llm = recs[0]["policy"] == "llm"
         decisions = sum(r["decisions"] for r in recs)
         rows.append([
-            method_label(method), len(recs), _fmt(_mean(r["k"] for r in recs), digits=0),
+            recs[0].get("label", method), len(recs), _fmt(_mean(r["k"] for r in recs), digits=0),
             _fmt(_mean(_at(r, "coverage", t) for r in recs), 100),
             _fmt(_mean(_at(r, "efficiency", t) for r in recs)),
             _fmt(_mean(_at(r, "efficiency_all_likes", t) for r in recs)),
@@ -120,11 +99,10 @@ def target_table(config, records: Mapping[str, dict], sizes: Mapping[str, int]) 
     """Per-target coverage (%) at t = rounds (Figure 3), averaged over boxes and seeds."""
     from tabulate import tabulate
 
-    from ctrlsim.experiments.ctrlbench import method_label
-
     t = config.rounds
     groups = _grouped(records, "target", "method")
-    header = ["Target", "Items"] + [method_label(m) for m in config.all_methods]
+    labels = _labels(records)
+    header = ["Target", "Items"] + [labels.get(m, m) for m in config.all_methods]
     rows = []
     for target in config.targets:
         rows.append([target, sizes.get(target, "-")]
@@ -162,8 +140,6 @@ def coverage_figure(config, records: Mapping[str, dict]):
     """Coverage (%) vs round, one panel per black box, one line per method (Figures 10, 11)."""
     from matplotlib.figure import Figure
 
-    from ctrlsim.experiments.ctrlbench import method_label
-
     boxes = list(config.recommenders)
     cols = min(3, len(boxes))
     rows = int(np.ceil(len(boxes) / cols))
@@ -176,7 +152,7 @@ def coverage_figure(config, records: Mapping[str, dict]):
             recs = groups.get((box, method), [])
             if recs:
                 ax.plot(rounds, 100 * _mean_curve(recs, "coverage"), marker="o", markersize=3,
-                        label=method_label(method))
+                        label=recs[0].get("label", method))
         ax.set_title(box)
         ax.set_xlabel("round t")
         ax.set_ylabel("coverage (%)")
@@ -192,8 +168,6 @@ def target_figure(config, records: Mapping[str, dict], sizes: Mapping[str, int])
     """Coverage (%) at t = rounds per target, one bar per method (Figure 3)."""
     from matplotlib.figure import Figure
 
-    from ctrlsim.experiments.ctrlbench import method_label
-
     groups = _grouped(records, "target", "method")
     targets, methods = list(config.targets), list(config.all_methods)
     fig = Figure(figsize=(max(5.0, 1.3 * len(targets) * max(1, len(methods)) / 2), 3.6))
@@ -204,7 +178,7 @@ def target_figure(config, records: Mapping[str, dict], sizes: Mapping[str, int])
         vals = [_mean(_at(r, "coverage", config.rounds) for r in groups.get((t, method), []))
                 for t in targets]
         ax.bar(x + (n - (len(methods) - 1) / 2) * width, [100 * (v or 0.0) for v in vals], width,
-               label=method_label(method))
+               label=_labels(records).get(method, method))
     ax.set_xticks(x)
     ax.set_xticklabels([f"{t}\n({sizes.get(t, '?')} items)" for t in targets])
     ax.set_ylabel(f"coverage (%) at t = {config.rounds}")

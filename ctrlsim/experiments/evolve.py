@@ -17,22 +17,13 @@ result on any black box with
 
 from __future__ import annotations
 
-import argparse
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments.config import (
-    RunOptions,
-    check_choice,
-    check_choices,
-    check_range,
-    config_from_args,
-    config_to_dict,
-    runner_parser,
-)
+from ctrlsim.experiments.config import RunOptions, check_choice, check_choices, check_range
+from ctrlsim.experiments.runner import RunContext, Runner
 
 if TYPE_CHECKING:  # the executor module is imported lazily at run time
     from ctrlsim.experiments.executor import Executor
@@ -156,7 +147,7 @@ class EvolveConfig:
         return sizes
 
 
-# ----------------------------------------------------------------------------- the run
+# ----------------------------------------------------------------------------- checks
 
 
 def _check_inputs(config: EvolveConfig, dataset) -> set[str]:
@@ -171,139 +162,6 @@ def _check_inputs(config: EvolveConfig, dataset) -> set[str]:
     if config.agents > users:
         raise ConfigError(f"agents={config.agents} exceeds the {users} users of {dataset.name!r}")
     return {i for t in config.target for i in dataset.items_with_tag(t)}
-
-
-def run_evolve(
-    config: EvolveConfig,
-    options: RunOptions | None = None,
-    *,
-    show_progress: bool = True,
-    llm=None,
-    stop_after: str | None = None,
-) -> dict:
-    """Run (or resume) the loop and the evaluation; returns {"final", "phases", "evaluation", "out", ...}.
-
-    `llm` overrides loading `config.llm` in this process (it should carry a response cache for free
-    resumes; with --executor ray the workers still load `config.llm` for the cluster units);
-    `stop_after` ends the run once that phase is finished (tests use it to cut a run short).
-    """
-    from ctrlsim.agents import DecisionSettings, MethodContext, ProfileSettings
-    from ctrlsim.agents.evolution import EvolutionLoop, EvolutionSettings
-    from ctrlsim.backends import load_llm
-    from ctrlsim.data import load_dataset
-    from ctrlsim.envs import make_task
-    from ctrlsim.experiments.runfolder import RunFolder
-    from ctrlsim.recommenders import make_recommender
-
-    options = options or RunOptions()
-    out = Path(options.out or DEFAULT_OUT)
-    dataset = load_dataset(config.dataset)
-    target_items = _check_inputs(config, dataset)  # bad inputs fail before any model loads
-    started = time.perf_counter()
-    with RunFolder(out, config_to_dict(config), overwrite=options.overwrite) as folder:
-        if llm is None:
-            llm = load_llm(config.llm, cache=folder.file("llm-cache.sqlite"))
-        recommender = make_recommender(config.recommender, dataset, mask_shown=True)
-        task = make_task("target-discovery", dataset, target=list(config.target))
-        decisions = DecisionSettings(
-            memory_rounds=config.memory_rounds,
-            target_visible=config.target_visible,
-            temperature=config.temperature,
-        )
-        context = MethodContext(
-            dataset=dataset,
-            recommender=recommender,
-            target_tags=tuple(config.target),
-            target_items=frozenset(target_items),
-            seed=config.seed,
-            k_large=config.agents,
-            k_small=config.agents,
-            rounds=config.eval_rounds,
-            slate_size=config.slate,
-            decision_settings=decisions,
-            profile_settings=ProfileSettings(l_init=tuple(config.l_init)),
-            llm_factory=lambda: llm,
-            profile_store=folder.file("profiles.sqlite"),
-            show_progress=show_progress,
-        )
-        settings = EvolutionSettings(
-            merges=config.merges,
-            rounds_per_merge=config.rounds_per_merge,
-            k_rule=config.k_rule,
-            alpha=config.alpha,
-            fusion=config.fusion,
-            temperature=config.temperature,
-            debate_max_tokens=config.debate_max_tokens,
-            merge_max_tokens=config.merge_max_tokens,
-            align_min_behaviour=config.align_min_behaviour,
-        )
-        # Debate and merge go cluster by cluster to the executor's workers; with the local executor
-        # every cluster debates and merges together here (one batched call per round), as before.
-        fusion = None
-        if options.executor != "local" and config.fusion == "debate-merge":
-            fusion = ExecutorFusion(config, options, folder, show_progress=show_progress)
-        loop = EvolutionLoop(
-            folder.path,
-            dataset=dataset,
-            recommender=recommender,
-            task=task,
-            llm=llm,
-            encoder=config.encoder,
-            settings=settings,
-            decision_settings=decisions,
-            seed=config.seed,
-            slate_size=config.slate,
-            show_progress=show_progress,
-            fuse_elsewhere=fusion,
-        )
-        try:
-            result = loop.run(lambda: context.base_personas(config.agents), stop_after=stop_after)
-        finally:
-            if fusion is not None:
-                fusion.close()
-        _record_phases(folder, result.phases)
-        if result.stopped_after is not None:
-            return {"stopped_after": result.stopped_after, "out": str(out), "phases": result.phases}
-        evaluation = None
-        if config.eval_rounds > 0:
-            if "evaluate" not in folder.store:
-                folder.store.add(
-                    "evaluate",
-                    evaluate_roster(
-                        config,
-                        result.final,
-                        recommender,
-                        llm,
-                        decisions,
-                        target_items,
-                        show_progress=show_progress,
-                    ),
-                )
-            evaluation = folder.store.get("evaluate")
-        levels = {}
-        for name in config.levels:
-            key = f"level/{name}"
-            if key not in folder.store:
-                folder.store.add(key, evaluate_level(config, name, result.final, recommender, llm, decisions))
-            levels[name] = folder.store.get(key)
-        tables = render_tables(config, result.generations, result.phases, evaluation)
-        if levels:
-            tables += "\n" + level_tables(levels)
-        folder.write_tables(tables)
-        if options.figures:
-            if levels:
-                save_level_figure(folder, levels)
-            save_figures(folder, result.generations, evaluation)
-    return {
-        "final": result.final,
-        "generations": result.generations,
-        "phases": result.phases,
-        "evaluation": evaluation,
-        "tables": tables,
-        "out": str(out),
-        "seconds": round(time.perf_counter() - started, 1),
-        "llm": llm.identity,
-    }
 
 
 @dataclass(frozen=True)
@@ -345,7 +203,7 @@ class ExecutorFusion:
         self.executor: Executor | None = None
 
     def __call__(self, job) -> list[dict]:
-        from ctrlsim.errors import ExecutorError
+        from ctrlsim.experiments.driver import UnitsFailed
         from ctrlsim.experiments.executor import executor_from_options, is_failure
 
         store, keys = self.folder.store, job.unit_keys()
@@ -364,11 +222,8 @@ class ExecutorFusion:
             unit_config = FusionUnitConfig(self.config.llm, self.config.dataset, self.cache, job)
             self.executor.run(fuse_cluster_unit, unit_config, todo, on_record,
                               progress=self.show_progress, desc=f"clusters g{job.generation}")
-        if failed:
-            raise ExecutorError(
-                f"{len(failed)} cluster unit(s) of generation {job.generation} failed (rerun to retry): "
-                + "; ".join(f"{k}: {e}" for k, e in failed.items())
-            )
+        if failed:  # the next phases need every cluster: the run stops here, a rerun retries these
+            raise UnitsFailed(failed)
         return [store.get(k) for k in keys]
 
     def close(self) -> None:
@@ -384,310 +239,203 @@ def _record_phases(folder, phases: dict) -> None:
             folder.store.add(key, {"phase": name, **entry})
 
 
-def evaluate_roster(
-    config: EvolveConfig,
-    personas,
-    recommender,
-    llm,
-    decisions,
-    target_items: set[str],
-    *,
-    show_progress: bool = True,
-) -> dict:
-    """The super probes' t evaluation rounds: Task 1 curves, discoveries per round, popularity (eq. 3)."""
-    from ctrlsim.agents import Population, play_population
-    from ctrlsim.backends import TokenMeter
-    from ctrlsim.envs import PopulationEnv
-    from ctrlsim.experiments.ctrlbench_report import round_curves
-    from ctrlsim.metrics import controllability as M
-    from ctrlsim.seeding import derive_seed
-
-    meter = TokenMeter()
-    env = PopulationEnv(
-        recommender,
-        n_agents=len(personas),
-        task="target-discovery",
-        target=list(config.target),
-        slate_size=config.slate,
-        budget=config.eval_rounds,
-        token_meter=meter,
-    )
-    population = Population(tuple(personas), "llm", prompt_variant=config.prompt_variant)
-    started, cpu_started = time.perf_counter(), time.process_time()
-    trace = play_population(
-        env,
-        population,
-        seed=derive_seed(config.seed, "evaluate"),
-        target=config.target,
-        llm=llm,
-        settings=decisions,
-        meter=meter,
-    )
-    dataset = recommender.dataset
-    popularity = dataset.items["popularity"].to_numpy(dtype=float)
-    per_round = [[list(dataset.indices(r)) for r in p.likes_per_round] for p in trace.probes]
-    return {
-        "rounds": config.eval_rounds,
-        "probes": len(personas),
-        "prompt_variant": config.prompt_variant,
-        "curves": round_curves(trace, target_items, config.eval_rounds),
-        "new_discoveries": M.new_discoveries_per_round(
-            [p.likes_per_round for p in trace.probes], target_items, config.eval_rounds
-        ),
-        "interaction_popularity": M.interaction_popularity(
-            popularity, [i for p in per_round for r in p for i in r]
-        ),
-        "popularity_per_round": M.popularity_per_round(popularity, per_round, config.eval_rounds),
-        "catalogue_popularity": float(popularity.mean()),
-        "trace": trace.to_dict(),
-        "seconds": round(time.perf_counter() - started, 2),
-        "cpu_seconds": round(time.process_time() - cpu_started, 2),
-        "tokens": meter.total.to_dict(),
-    }
 
 
-def evaluate_level(config: EvolveConfig, name: str, personas, recommender, llm, decisions) -> dict:
-    """Task 2 (Appendix D.7): the super probes, seeded with a level's history, steer for t rounds.
+# ----------------------------------------------------------------------------- the runner
 
-    Per round: the target similarity cos(V_t, V_target) (Acc.), the old-interest similarity
-    cos(V_t, V_old) with V_old the centred centroid of the seed tags' items (Figure 7), and the
-    smoothness per interval t0-t3 ... t18-t20 (Table 2); means over the probes.
+
+def _llm_cache_name(spec: str, cache: str) -> str:
+    return f"llm:{spec}|cache:{cache}"
+
+
+def _check(ctx: RunContext) -> None:
+    from ctrlsim.data import load_dataset
+
+    ctx.state["target_items"] = _check_inputs(ctx.config, load_dataset(ctx.config.dataset))
+
+
+def _prepare(ctx: RunContext) -> None:
+    """The evolution loop, phase by phase, in the driver (it writes the loop's artefacts); with
+    --executor ray each cluster's debate and merge is a unit on the workers (`ExecutorFusion`)."""
+    from ctrlsim.agents import MethodContext, ProfileSettings
+    from ctrlsim.agents.evolution import EvolutionLoop, EvolutionSettings
+    from ctrlsim.backends import load_llm
+    from ctrlsim.data import load_dataset
+    from ctrlsim.envs import make_task
+    from ctrlsim.experiments.executor import worker_cache
+
+    config, folder = ctx.config, ctx.folder
+    assert folder is not None
+    cache = str(folder.file("llm-cache.sqlite").resolve())
+    llm = ctx.resources.get("llm") or load_llm(config.llm, cache=cache)
+    # The evaluation units find the same LLM object when they run in this process.
+    worker_cache(_llm_cache_name(config.llm, cache), lambda: llm)
+    dataset = load_dataset(config.dataset)
+    recommender = _recommender(config)
+    task = make_task("target-discovery", dataset, target=list(config.target))
+    decisions = _decisions(config)
+    context = MethodContext(
+        dataset=dataset, recommender=recommender, target_tags=tuple(config.target),
+        target_items=frozenset(ctx.state["target_items"]), seed=config.seed, k_large=config.agents,
+        k_small=config.agents, rounds=config.eval_rounds, slate_size=config.slate,
+        decision_settings=decisions,
+        profile_settings=ProfileSettings(l_init=tuple(config.l_init)), llm_factory=lambda: llm,
+        profile_store=folder.file("profiles.sqlite"), show_progress=ctx.show_progress)
+    settings = EvolutionSettings(
+        merges=config.merges, rounds_per_merge=config.rounds_per_merge, k_rule=config.k_rule,
+        alpha=config.alpha,
+        fusion=config.fusion, temperature=config.temperature, debate_max_tokens=config.debate_max_tokens,
+        merge_max_tokens=config.merge_max_tokens, align_min_behaviour=config.align_min_behaviour)
+    # Debate and merge go cluster by cluster to the executor's workers; with the local executor
+    # every cluster debates and merges together here (one batched call per round).
+    fusion = None
+    if ctx.options.executor != "local" and config.fusion == "debate-merge":
+        fusion = ExecutorFusion(config, ctx.options, folder, show_progress=ctx.show_progress)
+    loop = EvolutionLoop(folder.path, dataset=dataset, recommender=recommender, task=task, llm=llm,
+                         encoder=config.encoder, settings=settings, decision_settings=decisions,
+                         seed=config.seed,
+                         slate_size=config.slate, show_progress=ctx.show_progress, fuse_elsewhere=fusion)
+    try:
+        result = loop.run(lambda: context.base_personas(config.agents),
+                          stop_after=ctx.resources.get("stop_after"))
+    finally:
+        if fusion is not None:
+            fusion.close()
+    _record_phases(folder, result.phases)
+    folder.write_json("generations.json", result.generations)
+    ctx.state.update(result=result, llm=llm)
+
+
+def _recommender(config: EvolveConfig):
+    from ctrlsim.data import load_dataset
+    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.recommenders import make_recommender
+
+    return worker_cache(f"evolve-box:{config.dataset}:{config.recommender}",
+                        lambda: make_recommender(config.recommender, load_dataset(config.dataset),
+                                                 mask_shown=True))
+
+
+def _decisions(config: EvolveConfig):
+    from ctrlsim.agents import DecisionSettings
+
+    return DecisionSettings(memory_rounds=config.memory_rounds, target_visible=config.target_visible,
+                            temperature=config.temperature)
+
+
+@dataclass(frozen=True)
+class EvaluationUnit:
+    """What an evaluation unit needs: the config, the super probes (as dicts) and the LLM cache."""
+
+    config: EvolveConfig
+    final: tuple[dict, ...]
+    cache: str
+    target_items: frozenset
+    show_progress: bool
+
+
+def evaluation_unit(unit: EvaluationUnit, key: str) -> dict:
+    """Unit "evaluate" (Task 1 rounds of the super probes) or "level/<name>" (a Task 2 level)."""
+    from ctrlsim.agents.persona import Persona
+    from ctrlsim.backends import load_llm
+    from ctrlsim.experiments.evolve_eval import evaluate_level, evaluate_roster
+    from ctrlsim.experiments.executor import worker_cache
+
+    config = unit.config
+    personas = [Persona.from_dict(p) for p in unit.final]
+    llm = worker_cache(_llm_cache_name(config.llm, unit.cache),
+                       lambda: load_llm(config.llm, cache=unit.cache))
+    recommender, decisions = _recommender(config), _decisions(config)
+    if key == "evaluate":
+        return evaluate_roster(config, personas, recommender, llm, decisions, set(unit.target_items),
+                               show_progress=unit.show_progress)
+    if key.startswith("level/"):
+        return evaluate_level(config, key.removeprefix("level/"), personas, recommender, llm, decisions)
+    raise ConfigError(f"unknown evolve unit {key!r}")
+
+
+def _payload(ctx: RunContext) -> EvaluationUnit:
+    assert ctx.folder is not None
+    return EvaluationUnit(ctx.config, tuple(p.to_dict() for p in ctx.state["result"].final),
+                          str(ctx.folder.file("llm-cache.sqlite").resolve()),
+                          frozenset(ctx.state["target_items"]), ctx.show_progress)
+
+
+def _plan(ctx: RunContext, finished) -> list[str]:
+    result = ctx.state.get("result")
+    if result is None or result.stopped_after is not None:
+        return []
+    return (["evaluate"] if ctx.config.eval_rounds > 0 else []) + [f"level/{n}" for n in ctx.config.levels]
+
+
+def _phases(records) -> dict:
+    return {k.removeprefix("phase/"): {f: v for f, v in r.items() if f != "phase"}
+            for k, r in records.items() if k.startswith("phase/")}
+
+
+def _generations(ctx: RunContext) -> list[dict]:
+    result = ctx.state.get("result")
+    if result is not None:
+        return result.generations
+    assert ctx.folder is not None
+    return ctx.folder.read_json("generations.json", default=[])
+
+
+def _levels(ctx: RunContext, records) -> dict:
+    return {n: records[f"level/{n}"] for n in ctx.config.levels if f"level/{n}" in records}
+
+
+def _report(ctx: RunContext, records) -> str:
+    from ctrlsim.experiments.evolve_report import level_tables, render_tables
+
+    tables = render_tables(ctx.config, _generations(ctx), _phases(records), records.get("evaluate"))
+    levels = _levels(ctx, records)
+    return tables + ("\n" + level_tables(levels) if levels else "")
+
+
+def _figures(ctx: RunContext, records) -> None:
+    from ctrlsim.experiments.evolve_report import save_figures, save_level_figure
+
+    levels = _levels(ctx, records)
+    if levels:
+        save_level_figure(ctx.folder, levels)
+    save_figures(ctx.folder, _generations(ctx), records.get("evaluate"))
+
+
+RUNNER = Runner(name="evolve", config_cls=EvolveConfig, description=__doc__, unit_fn=evaluation_unit,
+                plan=_plan, report=_report, figures=_figures, check=_check, prepare=_prepare,
+                payload=_payload,
+                extensible=("levels",), llm_fields=("llm",), default_out=DEFAULT_OUT, unit_name="evaluations")
+
+
+def run_evolve(config: EvolveConfig, options: RunOptions | None = None, *, show_progress: bool = True,
+               llm=None, stop_after: str | None = None) -> dict:
+    """Run (or resume) the loop and the evaluation; returns {"final", "phases", "evaluation", "out", ...}.
+
+    `llm` overrides loading `config.llm` in this process (it should carry a response cache for free
+    resumes; with --executor ray the workers still load `config.llm`); `stop_after` ends the run once
+    that phase is finished (tests use it to cut a run short). Failed units raise `RunFailedError`.
     """
-    import numpy as np
+    from ctrlsim.experiments.driver import RunFailedError, drive
 
-    from ctrlsim.agents import Population, play_population
-    from ctrlsim.agents.evolution.levels import get_level, level_persona
-    from ctrlsim.backends import TokenMeter
-    from ctrlsim.envs import PopulationEnv, make_task
-    from ctrlsim.metrics import controllability as M
-    from ctrlsim.seeding import derive_rng, derive_seed
-
-    preset = get_level(name)
-    dataset = recommender.dataset
-    rng = derive_rng(config.seed, "level", name)
-    probes = [level_persona(p, dataset, preset, rng) for p in personas]
-    task = make_task("profile-shaping", dataset, target=list(preset.target), item_vectors=config.encoder)
-    meter = TokenMeter()
-    env = PopulationEnv(
-        recommender,
-        n_agents=len(probes),
-        task=task,
-        slate_size=config.slate,
-        budget=config.eval_rounds,
-        token_meter=meter,
-    )
-    play_population(
-        env,
-        Population(tuple(probes), "llm", prompt_variant=config.prompt_variant),
-        seed=derive_seed(config.seed, "level", name),
-        target=preset.target,
-        llm=llm,
-        settings=decisions,
-        meter=meter,
-    )
-    old_items = sorted({i for tag in preset.interests for i in dataset.items_with_tag(tag)})
-    old = M.centred_profile_vector(task.vectors[dataset.indices(old_items)], task.global_mean)
-    trajectories = [task.trajectory(env.probes[agent].record) for agent in env.possible_agents[: len(probes)]]
-
-    def mean_curve(curves):
-        width = max(len(c) for c in curves)
-        return [float(np.mean([c[t] for c in curves if t < len(c)])) for t in range(width)]
-
-    return {
-        "level": name,
-        "target": list(preset.target),
-        "l_init": preset.l_init,
-        "probes": len(probes),
-        "accuracy": mean_curve([M.similarity_curve(t, task.target_vector) for t in trajectories]),
-        "old_interest": mean_curve([M.similarity_curve(t, old) for t in trajectories]),
-        "smoothness": mean_curve([M.interval_smoothness(t) for t in trajectories]),
-        "intervals": [
-            f"t{a}-t{b}"
-            for a, b in zip(M.SMOOTHNESS_EDGES[:-1], M.SMOOTHNESS_EDGES[1:])
-            if b <= config.eval_rounds
-        ],
-        "tokens": meter.total.to_dict(),
-    }
-
-
-def level_tables(levels: dict) -> str:
-    from tabulate import tabulate
-
-    first = next(iter(levels.values()))
-    rows = [[name.capitalize(), *[_fmt(v) for v in rec["smoothness"]]] for name, rec in levels.items()]
-    acc = [
-        [
-            name.capitalize(),
-            _fmt(rec["accuracy"][0]),
-            _fmt(rec["accuracy"][-1]),
-            _fmt(rec["old_interest"][0]),
-            _fmt(rec["old_interest"][-1]),
-        ]
-        for name, rec in levels.items()
-    ]
-    return (
-        "Task 2: trajectory smoothness per interval (Table 2)\n"
-        + (
-            tabulate(rows, headers=["Level", *first["intervals"]])
-            if first["intervals"]
-            else "(no interval: Table 2's first interval t0-t3 needs eval-rounds >= 3)"
-        )
-        + "\n\n"
-        + "Task 2: similarity to the target and to the old interest (Figure 7), start and end\n"
-        + tabulate(acc, headers=["Level", "Acc. t0", "Acc. end", "Old t0", "Old end"])
-        + "\n"
-    )
-
-
-def save_level_figure(folder, levels: dict) -> None:
-    from ctrlsim.experiments.runfolder import new_figure
-
-    fig, axes = new_figure((4 * len(levels), 3.2), 1, len(levels), squeeze=False)
-    for ax, (name, rec) in zip(axes[0], levels.items()):
-        ax.plot(range(len(rec["accuracy"])), rec["accuracy"], label="target")
-        ax.plot(range(len(rec["old_interest"])), rec["old_interest"], label="old interest", linestyle="--")
-        ax.set_title(name.capitalize())
-        ax.set_xlabel("round t")
-        ax.set_ylabel("cosine similarity")
-        ax.legend()
-    folder.save_figure(fig, "task2_levels")
-
-
-# ----------------------------------------------------------------------------- report
-
-
-def _fmt(value, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def render_tables(
-    config: EvolveConfig, generations: list[dict], phases: dict, evaluation: dict | None
-) -> str:
-    from tabulate import tabulate
-
-    parts = [
-        f"Evolution: {config.agents} probes, {config.merges} fusion(s) every {config.rounds_per_merge} "
-        f"round(s), k rule {config.k_rule}, fusion {config.fusion}, target {', '.join(config.target)}, "
-        f"LLM {config.llm}, black box {config.recommender}.\n"
-    ]
-    rows = [
-        [
-            g["generation"],
-            g["probes"],
-            g["k"],
-            _fmt(g["silhouette"]),
-            max(g["sizes"]),
-            sum(s == 1 for s in g["sizes"]),
-            g["next_probes"],
-            g["invalid_merges"],
-        ]
-        for g in generations
-    ]
-    parts.append(
-        "Generations\n"
-        + tabulate(
-            rows,
-            headers=[
-                "gen",
-                "probes",
-                "k",
-                "silhouette",
-                "largest cluster",
-                "singletons",
-                "next probes",
-                "fallbacks",
-            ],
-        )
-        + "\n"
-    )
-    rows = [
-        [
-            name,
-            _fmt(e.get("seconds"), 1),
-            e.get("tokens", {}).get("total_tokens", 0),
-            e.get("tokens", {}).get("calls", 0),
-        ]
-        for name, e in phases.items()
-    ]
-    total = [
-        [
-            "total",
-            _fmt(sum(e.get("seconds", 0) for e in phases.values()), 1),
-            sum(e.get("tokens", {}).get("total_tokens", 0) for e in phases.values()),
-            sum(e.get("tokens", {}).get("calls", 0) for e in phases.values()),
-        ]
-    ]
-    parts.append(
-        "Cost per phase (wall seconds of the run that finished the phase)\n"
-        + tabulate(rows + total, headers=["phase", "seconds", "tokens", "LLM calls"])
-        + "\n"
-    )
-    if evaluation:
-        t_all = evaluation["rounds"]
-        marks = sorted({t for t in (5, 10, 15, 20, t_all) if t <= t_all})
-        curves = evaluation["curves"]
-        rows = [
-            [
-                t,
-                _fmt(100 * curves["coverage"][t - 1], 2) if curves["coverage"][t - 1] is not None else "-",
-                _fmt(curves["efficiency"][t - 1], 2),
-                _fmt(curves["len"][t - 1], 2),
-                _fmt(curves["tokens"][t - 1], 0),
-                evaluation["new_discoveries"][t - 1],
-            ]
-            for t in marks
-        ]
-        parts.append(
-            f"Evaluation of the {evaluation['probes']} super probes ({evaluation['prompt_variant']} prompt)\n"
-            + tabulate(rows, headers=["t", "Cov. %", "Eff.", "Len.", "Tokens", "new targets at t"])
-            + f"\nPopularity of liked items (eq. 3): {_fmt(evaluation['interaction_popularity'], 1)} "
-            f"(catalogue mean {_fmt(evaluation['catalogue_popularity'], 1)})\n"
-        )
-    return "\n".join(parts)
-
-
-def save_figures(folder, generations: list[dict], evaluation: dict | None) -> None:
-    from ctrlsim.experiments.runfolder import new_figure
-
-    fig, ax = new_figure((5, 3.2))
-    sizes = [g["probes"] for g in generations] + ([generations[-1]["next_probes"]] if generations else [])
-    ax.plot(range(len(sizes)), sizes, marker="o")
-    ax.set_xlabel("generation")
-    ax.set_ylabel("probes")
-    ax.set_title("Population per generation")
-    folder.save_figure(fig, "population")
-    if not evaluation:
-        return
-    rounds = list(range(1, evaluation["rounds"] + 1))
-    fig, (left, right) = new_figure((9, 3.2), 1, 2)
-    left.plot(rounds, [100 * (c or 0) for c in evaluation["curves"]["coverage"]], marker=".")
-    left.set_xlabel("round t")
-    left.set_ylabel("coverage %")
-    left.set_title("Coverage of the super probes")
-    right.bar(rounds, evaluation["new_discoveries"])
-    right.set_xlabel("round t")
-    right.set_ylabel("new target items")
-    right.set_title("New discoveries per round (Fig. 8)")
-    folder.save_figure(fig, "evaluation")
-
-
-# ----------------------------------------------------------------------------- CLI
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return runner_parser("ctrlsim evolve", __doc__, EvolveConfig)
+    resources = {k: v for k, v in (("llm", llm), ("stop_after", stop_after)) if v is not None}
+    if llm is not None:
+        resources[config.llm] = llm  # the spec is served by this object: not checked as a path
+    result = drive(RUNNER, config, options, show_progress=show_progress, resources=resources)
+    if result.failed:
+        raise RunFailedError(result)
+    ctx = result.context
+    assert ctx is not None
+    loop = ctx.state["result"]
+    if loop.stopped_after is not None:
+        return {"stopped_after": loop.stopped_after, "out": str(result.out), "phases": loop.phases}
+    records = result.records_by_key
+    return {"final": loop.final, "generations": loop.generations, "phases": loop.phases,
+            "evaluation": records.get("evaluate"), "tables": result.markdown, "out": str(result.out),
+            "seconds": round(result.seconds, 1), "llm": ctx.state["llm"].identity}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    config = config_from_args(EvolveConfig, args)  # validates every value before any model loads
-    options = config_from_args(RunOptions, args)
-    result = run_evolve(config, options)
-    print(result["tables"])
-    print(
-        f"final roster: {Path(result['out']) / 'final_roster.json'} ({len(result['final'])} super probes); "
-        f"{result['seconds']} s this session"
-    )
-    return 0
+    from ctrlsim.experiments.commands import runner_main
+
+    return runner_main("evolve", argv)

@@ -151,7 +151,7 @@ def test_task2_levels_run_with_the_probes(llm_or_skip, tmp_path):
     from ctrlsim.envs import make_task
 
     from ctrlsim.data import load_dataset
-    from ctrlsim.experiments.evolve import evaluate_level
+    from ctrlsim.experiments.evolve_eval import evaluate_level
     from ctrlsim.metrics import controllability as M
     from ctrlsim.recommenders import make_recommender
     from ctrlsim.seeding import derive_rng

@@ -1,0 +1,165 @@
+"""`ctrlsim evolve`'s tables and figures (GitHub markdown), from the generation summaries and records."""
+from __future__ import annotations
+
+
+def level_tables(levels: dict) -> str:
+    from tabulate import tabulate
+
+    first = next(iter(levels.values()))
+    rows = [[name.capitalize(), *[_fmt(v) for v in rec["smoothness"]]] for name, rec in levels.items()]
+    acc = [
+        [
+            name.capitalize(),
+            _fmt(rec["accuracy"][0]),
+            _fmt(rec["accuracy"][-1]),
+            _fmt(rec["old_interest"][0]),
+            _fmt(rec["old_interest"][-1]),
+        ]
+        for name, rec in levels.items()
+    ]
+    return (
+        "## Task 2: trajectory smoothness per interval (Table 2)\n\n"
+        + (
+            tabulate(rows, headers=["Level", *first["intervals"]], tablefmt="github")
+            if first["intervals"]
+            else "(no interval: Table 2's first interval t0-t3 needs eval-rounds >= 3)"
+        )
+        + "\n\n"
+        + "## Task 2: similarity to the target and to the old interest (Figure 7), start and end\n\n"
+        + tabulate(acc, headers=["Level", "Acc. t0", "Acc. end", "Old t0", "Old end"], tablefmt="github")
+        + "\n"
+    )
+
+
+def save_level_figure(folder, levels: dict) -> None:
+    from ctrlsim.experiments.runfolder import new_figure
+
+    fig, axes = new_figure((4 * len(levels), 3.2), 1, len(levels), squeeze=False)
+    for ax, (name, rec) in zip(axes[0], levels.items()):
+        ax.plot(range(len(rec["accuracy"])), rec["accuracy"], label="target")
+        ax.plot(range(len(rec["old_interest"])), rec["old_interest"], label="old interest", linestyle="--")
+        ax.set_title(name.capitalize())
+        ax.set_xlabel("round t")
+        ax.set_ylabel("cosine similarity")
+        ax.legend()
+    folder.save_figure(fig, "task2_levels")
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def render_tables(
+    config, generations: list[dict], phases: dict, evaluation: dict | None
+) -> str:
+    from tabulate import tabulate
+
+    parts = [
+        f"# Evolution\n\n{config.agents} probes, {config.merges} fusion(s) every {config.rounds_per_merge} "
+        f"round(s), k rule {config.k_rule}, fusion {config.fusion}, target {', '.join(config.target)}, "
+        f"LLM {config.llm}, black box {config.recommender}.\n"
+    ]
+    rows = [
+        [
+            g["generation"],
+            g["probes"],
+            g["k"],
+            _fmt(g["silhouette"]),
+            max(g["sizes"]),
+            sum(s == 1 for s in g["sizes"]),
+            g["next_probes"],
+            g["invalid_merges"],
+        ]
+        for g in generations
+    ]
+    parts.append(
+        "## Generations\n\n"
+        + tabulate(
+            rows,
+            headers=[
+                "gen",
+                "probes",
+                "k",
+                "silhouette",
+                "largest cluster",
+                "singletons",
+                "next probes",
+                "fallbacks",
+            ],
+            tablefmt="github",
+        )
+        + "\n"
+    )
+    rows = [
+        [
+            name,
+            _fmt(e.get("seconds"), 1),
+            e.get("tokens", {}).get("total_tokens", 0),
+            e.get("tokens", {}).get("calls", 0),
+        ]
+        for name, e in phases.items()
+    ]
+    total = [
+        [
+            "total",
+            _fmt(sum(e.get("seconds", 0) for e in phases.values()), 1),
+            sum(e.get("tokens", {}).get("total_tokens", 0) for e in phases.values()),
+            sum(e.get("tokens", {}).get("calls", 0) for e in phases.values()),
+        ]
+    ]
+    parts.append(
+        "## Cost per phase (wall seconds of the run that finished the phase)\n\n"
+        + tabulate(rows + total, headers=["phase", "seconds", "tokens", "LLM calls"], tablefmt="github")
+        + "\n"
+    )
+    if evaluation:
+        t_all = evaluation["rounds"]
+        marks = sorted({t for t in (5, 10, 15, 20, t_all) if t <= t_all})
+        curves = evaluation["curves"]
+        rows = [
+            [
+                t,
+                _fmt(100 * curves["coverage"][t - 1], 2) if curves["coverage"][t - 1] is not None else "-",
+                _fmt(curves["efficiency"][t - 1], 2),
+                _fmt(curves["len"][t - 1], 2),
+                _fmt(curves["tokens"][t - 1], 0),
+                evaluation["new_discoveries"][t - 1],
+            ]
+            for t in marks
+        ]
+        parts.append(
+            f"## Evaluation of the {evaluation['probes']} super probes "
+            f"({evaluation['prompt_variant']} prompt)\n\n"
+            + tabulate(rows, headers=["t", "Cov. %", "Eff.", "Len.", "Tokens", "new targets at t"],
+                       tablefmt="github")
+            + f"\nPopularity of liked items (eq. 3): {_fmt(evaluation['interaction_popularity'], 1)} "
+            f"(catalogue mean {_fmt(evaluation['catalogue_popularity'], 1)})\n"
+        )
+    return "\n".join(parts)
+
+
+def save_figures(folder, generations: list[dict], evaluation: dict | None) -> None:
+    from ctrlsim.experiments.runfolder import new_figure
+
+    fig, ax = new_figure((5, 3.2))
+    sizes = [g["probes"] for g in generations] + ([generations[-1]["next_probes"]] if generations else [])
+    ax.plot(range(len(sizes)), sizes, marker="o")
+    ax.set_xlabel("generation")
+    ax.set_ylabel("probes")
+    ax.set_title("Population per generation")
+    folder.save_figure(fig, "population")
+    if not evaluation:
+        return
+    rounds = list(range(1, evaluation["rounds"] + 1))
+    fig, (left, right) = new_figure((9, 3.2), 1, 2)
+    left.plot(rounds, [100 * (c or 0) for c in evaluation["curves"]["coverage"]], marker=".")
+    left.set_xlabel("round t")
+    left.set_ylabel("coverage %")
+    left.set_title("Coverage of the super probes")
+    right.bar(rounds, evaluation["new_discoveries"])
+    right.set_xlabel("round t")
+    right.set_ylabel("new target items")
+    right.set_title("New discoveries per round (Fig. 8)")
+    folder.save_figure(fig, "evaluation")
