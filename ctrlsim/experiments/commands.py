@@ -63,14 +63,19 @@ def config_from_cli(runner: Runner, args: argparse.Namespace) -> Any:
     return config_from_args(runner.config_cls, args, **{k: v for k, v in base.items() if k not in given})
 
 
+def parse_command(name: str, argv: Sequence[str] | None = None) -> tuple[Any, RunOptions]:
+    """(config, run options) of `ctrlsim <name> <argv>`; every value is checked, nothing is loaded."""
+    runner = get_runner(name)
+    args = build_parser(runner).parse_args(argv)
+    return config_from_cli(runner, args), config_from_args(RunOptions, args)
+
+
 def runner_main(name: str, argv: Sequence[str] | None = None) -> int:
     """`ctrlsim <name> ...`: parse, check, drive, print the tables and the failures."""
     from ctrlsim.experiments.driver import drive, failure_summary
 
     runner = get_runner(name)
-    args = build_parser(runner).parse_args(argv)
-    config = config_from_cli(runner, args)  # every value is checked here, before any model loads
-    options = config_from_args(RunOptions, args)
+    config, options = parse_command(name, argv)  # every value is checked here, before any model loads
     started = time.perf_counter()
     result = drive(runner, config, options)
     print(result.markdown)

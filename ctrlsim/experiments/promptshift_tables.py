@@ -36,11 +36,9 @@ from ctrlsim.experiments.config import (
     check_choice,
     check_choices,
     check_range,
-    config_from_args,
     config_to_dict,
-    runner_parser,
 )
-from ctrlsim.experiments.executor import executor_from_options, is_failure, worker_cache
+from ctrlsim.experiments.executor import worker_cache
 from ctrlsim.experiments.promptshift_report import (
     MATCH_THRESHOLDS,
     evaluate_users,
@@ -53,7 +51,8 @@ from ctrlsim.experiments.promptshift_report import (
     summarise,
     user_conditions,
 )
-from ctrlsim.experiments.runfolder import RunFolder, software_versions
+from ctrlsim.experiments.runfolder import software_versions
+from ctrlsim.experiments.runner import RunContext, Runner
 from ctrlsim.recommenders.llm_lists import DOMAINS, REQUEST, GeneratedList
 from ctrlsim.recommenders.promptshift import PromptShiftEngine
 from ctrlsim.seeding import derive_rng
@@ -267,7 +266,75 @@ def _returning(value):
     return lambda: value
 
 
-# ----------------------------------------------------------------------- run
+# ----------------------------------------------------------------------- the runner
+def _check(ctx: RunContext) -> None:
+    """The dataset's preparation and the user sample: no model is loaded."""
+    data = build_data(ctx.config)  # loads the dataset only
+    ctx.state.update(data=data, users=sample_users(data, ctx.config.users, ctx.config.seed),
+                     choices=protocol_choices(ctx.config, data))
+
+
+def _identity(ctx: RunContext) -> dict:
+    # The records are generated lists, so the folder's identity is what generation depends on; the
+    # other choices only shape the tables, which are always recomputed from the lists.
+    generation = {key: ctx.state["choices"][key] for key in GENERATION_CHOICES}
+    return {"config": ctx.config.identity(), "users": ctx.state["users"], "generation": generation}
+
+
+def _from_identity(identity: Mapping) -> PromptShiftConfig:
+    from ctrlsim.experiments.config import config_from_dict
+
+    return config_from_dict(PromptShiftConfig, identity.get("config", identity))
+
+
+def _prepare(ctx: RunContext) -> None:
+    assert ctx.folder is not None
+    ctx.folder.write_json("config.json", {"runner": "promptshift", "config": ctx.folder.config,
+                                          "choices": ctx.state["choices"], "software": software_versions()})
+    for name, obj in ctx.resources.get("llms", {}).items():
+        worker_cache(llm_cache_name(name, ctx.config.llm_cache), _returning(obj))
+
+
+def _plan(ctx: RunContext, finished) -> list[str]:
+    return [f"{name}/{u}" for name in ctx.config.llms for u in ctx.state["users"]]
+
+
+def _summary(ctx: RunContext, records: Mapping[str, dict]) -> dict:
+    """The tables' numbers, computed once per set of records (the report and the figures share it)."""
+    cached = ctx.state.get("summary")
+    if cached is not None and cached[0] == sorted(records):
+        return cached[1]
+    if "data" not in ctx.state:
+        _check(ctx)
+    users = ctx.state["users"]
+    result = report(ctx.config, ctx.state["data"], users, records, ctx.state["choices"])
+    expected = {f"{name}/{u}" for name in ctx.config.llms for u in users}
+    assert ctx.folder is not None
+    result.update(complete=expected <= set(records), out=str(ctx.folder.path))
+    ctx.state["summary"] = (sorted(records), result)
+    return result
+
+
+def _report(ctx: RunContext, records: Mapping[str, dict]) -> str:
+    result = _summary(ctx, records)
+    assert ctx.folder is not None
+    ctx.folder.write_json("summary.json", result)
+    return format_tables(result)
+
+
+def _figures(ctx: RunContext, records: Mapping[str, dict]) -> None:
+    assert ctx.folder is not None
+    for name, fig in figures(_summary(ctx, records)).items():
+        ctx.folder.save_figure(fig, name)
+
+
+RUNNER = Runner(name="promptshift", config_cls=PromptShiftConfig, description=__doc__.split("\n\n")[0],
+                unit_fn=generate_user_lists, plan=_plan, report=_report, figures=_figures, check=_check,
+                prepare=_prepare, identity=_identity, from_identity=_from_identity,
+                extensible=("config.llms",), llm_fields=("llms",), default_out="results/promptshift",
+                unit_name="users")
+
+
 def run(config: PromptShiftConfig, options: RunOptions | None = None, *,
         llms: Mapping[str, LLM] | None = None, stop_after_users: int | None = None,
         show_progress: bool = True) -> dict:
@@ -277,43 +344,15 @@ def run(config: PromptShiftConfig, options: RunOptions | None = None, *,
     `stop_after_users` ends the generation after that many new units, as an
     interruption would.
     """
-    options = options or RunOptions(out="results/promptshift")
-    if options.out is None:
-        raise ConfigError("PromptShift needs an output folder (--out)")
-    data = build_data(config)  # loads the dataset only; no model yet
-    users = sample_users(data, config.users, config.seed)
-    choices = protocol_choices(config, data)
-    for name, obj in (llms or {}).items():
-        worker_cache(llm_cache_name(name, config.llm_cache), _returning(obj))
-    # The records are generated lists, so the folder's identity is what generation depends on; the
-    # other choices only shape the tables, which are always recomputed from the lists.
-    generation = {key: choices[key] for key in GENERATION_CHOICES}
-    with RunFolder(options.out, {"config": config.identity(), "users": users, "generation": generation},
-                   overwrite=options.overwrite) as folder:
-        folder.write_json("config.json", {"config": folder.config, "choices": choices,
-                                          "software": software_versions()})
-        keys = [f"{name}/{u}" for name in config.llms for u in users if f"{name}/{u}" not in folder.store]
-        complete = stop_after_users is None or stop_after_users >= len(keys)
-        keys = keys if complete else keys[:stop_after_users]
-        failed: dict[str, str] = {}
+    from ctrlsim.experiments.driver import drive
 
-        def on_record(key: str, record: dict) -> None:
-            if is_failure(record):  # not stored: a rerun retries the unit
-                failed[key] = record["error"]
-            else:
-                folder.store.add(key, record)
-
-        if keys:
-            with executor_from_options(options) as executor:
-                executor.run(generate_user_lists, config, keys, on_record, progress=show_progress,
-                             desc="PromptShift users")
-        result = report(config, data, users, dict(folder.store.records()), choices)
-        result.update(complete=complete and not failed, failed=failed, out=str(folder.path))
-        folder.write_json("summary.json", result)
-        folder.write_tables(format_tables(result))
-        for name, fig in (figures(result) if options.figures else {}).items():
-            folder.save_figure(fig, name)
-    return result
+    resources: dict = {"llms": dict(llms or {}), **dict(llms or {})}
+    result = drive(RUNNER, config, options, show_progress=show_progress, resources=resources,
+                   max_units=stop_after_users)
+    assert result.context is not None
+    summary = dict(_summary(result.context, result.records_by_key))
+    summary.update(complete=summary["complete"] and not result.failed, failed=result.failed)
+    return summary
 
 
 def report(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequence[str], records: Mapping[str, dict],
@@ -349,24 +388,13 @@ def report(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequence[str], 
 
 
 # ----------------------------------------------------------------------- CLI
-def parse_args(argv: Sequence[str] | None = None) -> tuple[PromptShiftConfig, RunOptions]:
-    """Flags from the config dataclasses; every value is checked here, before any data or model loads."""
-    parser = runner_parser("ctrlsim promptshift", __doc__.split("\n\n")[0], PromptShiftConfig)
-    parser.set_defaults(out="results/promptshift")
-    args = parser.parse_args(argv)
-    return config_from_args(PromptShiftConfig, args), config_from_args(RunOptions, args)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg, options = parse_args(argv)
-    print("PromptShift config:", json.dumps(cfg.identity()), file=sys.stderr)
-    result = run(cfg, options)
-    print(format_tables(result))
-    print(f"\nrun folder: {result['out']}", file=sys.stderr)
-    return 0
+    from ctrlsim.experiments.commands import runner_main
+
+    return runner_main("promptshift", argv)
 
 
-__all__ = ["PromptShiftConfig", "build_data", "generate_user_lists", "main", "parse_args", "protocol_choices",
+__all__ = ["PromptShiftConfig", "build_data", "generate_user_lists", "main", "protocol_choices",
            "report", "run", "sample_users"]
 
 if __name__ == "__main__":

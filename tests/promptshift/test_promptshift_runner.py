@@ -6,11 +6,11 @@ import pytest
 
 from ctrlsim.data.promptshift import PromptShiftData
 from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.commands import parse_command
 from ctrlsim.experiments.config import RunOptions
 from ctrlsim.experiments.promptshift_report import format_tables, scenario_macro
 from ctrlsim.experiments.promptshift_tables import (
     PromptShiftConfig,
-    parse_args,
     protocol_choices,
     report,
     run,
@@ -42,15 +42,16 @@ def test_config_rejects_bad_values_naming_them(bad, field):
 
 
 def test_cli_flags_come_from_the_config(tmp_path):
-    cfg, options = parse_args(["--llms", "smollm2-135m,qwen2.5-0.5b", "--users", "3", "--seed", "7",
-                               "--scenarios", "gender,age", "--out", str(tmp_path / "run")])
+    cfg, options = parse_command("promptshift", ["--llms", "smollm2-135m,qwen2.5-0.5b", "--users", "3",
+                                                 "--seed", "7", "--scenarios", "gender,age",
+                                                 "--out", str(tmp_path / "run")])
     assert cfg == PromptShiftConfig(llms=("smollm2-135m", "qwen2.5-0.5b"), users=3, seed=7,
                                     scenarios=("gender", "age"))
     assert options.out == str(tmp_path / "run")
-    defaults, _ = parse_args([])
+    defaults, _ = parse_command("promptshift", [])
     assert defaults == PromptShiftConfig() and defaults.users == 8  # one set of defaults
     with pytest.raises(ConfigError, match="users"):
-        parse_args(["--users", "-1"])
+        parse_command("promptshift", ["--users", "-1"])
 
 
 def test_scenario_macro_is_a_mean_of_scenario_means():

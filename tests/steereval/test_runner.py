@@ -38,10 +38,10 @@ def test_bad_values_fail_before_any_model_loads(flags, message, tmp_path, capsys
 
 
 def test_config_round_trips_and_cli_defaults_are_the_dataclass_defaults():
+    from ctrlsim.experiments.commands import parse_command
     from ctrlsim.experiments.config import config_from_dict, config_to_dict
 
-    args = T.build_parser().parse_args([])
-    assert T.config_from_args(T.SteerEvalConfig, args) == T.SteerEvalConfig()
+    assert parse_command("steereval", [])[0] == T.SteerEvalConfig()
     cfg = T.SteerEvalConfig(tags=("Horror",), conditions=("default", "oracle"))
     assert config_from_dict(T.SteerEvalConfig, config_to_dict(cfg)) == cfg
     with pytest.raises(ConfigError, match="links"):

@@ -1,0 +1,213 @@
+"""SteerEval's protocol core: conditions, dataset preparation, scenario choice and the unit of work.
+
+The runner (`steereval_tables`) plans units from these; every executor runs `run_steereval_unit`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ctrlsim.errors import ConfigError
+from ctrlsim.seeding import derive_rng
+
+if TYPE_CHECKING:  # the config type only; the runner module imports this one
+    from ctrlsim.experiments.steereval_tables import SteerEvalConfig
+
+
+@dataclass(frozen=True)
+class Condition:
+    ranker: str = "llm"
+    profile_style: str = "paragraph"
+    intervention: str = "template-append"
+    emphasis: str = "default"
+    oracle: bool = False
+    show_tags: bool = False
+
+    @property
+    def env_key(self) -> tuple:
+        return self.ranker, self.profile_style, self.oracle, self.show_tags
+
+
+CONDITIONS = {
+    "default": Condition(),
+    "embedding": Condition(ranker="embedding"),
+    "sentence": Condition(profile_style="sentence"),
+    "llm-append": Condition(intervention="llm-append"),
+    "llm-rewrite": Condition(intervention="llm-rewrite"),
+    "stronger": Condition(emphasis="stronger"),
+    "weaker": Condition(emphasis="weaker"),
+    "oracle": Condition(oracle=True),
+    "tags-visible": Condition(show_tags=True),
+}
+PAPER_CONDITIONS = tuple(c for c in CONDITIONS if c != "tags-visible")
+LLM_WRITTEN = ("llm-append", "llm-rewrite")  # the edits whose refusals drive the Trigger(75) filter
+# ----------------------------------------------------------------------------- preparation
+
+def prepare_dataset(config: SteerEvalConfig):
+    """The dataset with the config's side tables, the tags to steer, their template phrases and the
+    items scenarios may use. Cheap (no model): every value is checked before any model loads."""
+    from ctrlsim.agents.steering import trigger_phrase
+    from ctrlsim.data import attach_descriptions, attach_tag_votes, load_dataset
+    from ctrlsim.envs.steereval_env import NON_TAGS
+
+    ds = load_dataset(config.dataset)
+    if config.descriptions:
+        ds = attach_descriptions(ds, config.descriptions, links=config.links)
+    if config.trigger_votes:
+        ds = attach_tag_votes(ds, config.trigger_votes, threshold=config.vote_threshold, links=config.links)
+    tags = list(config.tags) or [t for t in ds.tags if t not in NON_TAGS]
+    unknown = [t for t in tags if t not in set(ds.tags)]
+    if unknown:
+        raise ConfigError(f"tags: unknown tag(s) {', '.join(map(repr, unknown))} for dataset {ds.name!r}; "
+                          f"known: {', '.join(ds.tags)}")
+    kinds = ds.item_tags.drop_duplicates("tag").set_index("tag")["kind"]
+    rename = config.rename_triggers
+    phrases = {t: trigger_phrase(t) if rename and kinds.get(t) == "trigger" else t for t in tags}
+    items = None
+    if config.descriptions and config.drop_undescribed:
+        described = ds.items["description"].fillna("").astype(str).str.strip() != ""
+        items = frozenset(ds.items.loc[described, "item_id"])
+    return ds, tags, phrases, items
+
+
+def choose_scenarios(env, tags: list[str], config: SteerEvalConfig):
+    """Per tag, the first `users` users (seeded order) whose pool quotas can be met; both directions.
+
+    Returned round-robin over tags (each tag's first user, then each tag's second, ...) so
+    that an interrupted run has results for every tag.
+    """
+    from ctrlsim.envs.steereval_env import DIRECTIONS
+
+    order = derive_rng(config.seed, "steereval-users").permutation(len(env.users))
+    users = [env.users[i] for i in order]
+    per_tag: dict[str, list] = {}
+    for tag in tags:
+        per_tag[tag] = []
+        for user in users:
+            if len(per_tag[tag]) == config.users:
+                break
+            pair = [env.build(user, tag, d) for d in DIRECTIONS]
+            if all(sc is not None for sc in pair):
+                per_tag[tag].append(pair)
+    scenarios = [sc for rank in range(config.users) for tag in tags if rank < len(per_tag[tag])
+                 for sc in per_tag[tag][rank]]
+    short = {tag: len(pairs) for tag, pairs in per_tag.items() if len(pairs) < config.users}
+    return scenarios, short
+
+
+def make_env(config: SteerEvalConfig, data: tuple, cond: Condition, model):
+    """The SteerEval env of one condition over `data` (what `prepare_dataset` returns)."""
+    from ctrlsim.envs.steereval_env import SteerEvalEnv
+
+    ds, tags, phrases, items = data
+    return SteerEvalEnv(dataset=ds, llm=model, ranker=cond.ranker, encoder=config.encoder,
+                        profile_style=cond.profile_style, rating=config.rating, oracle=cond.oracle,
+                        show_tags=cond.show_tags, tags=tags, tag_phrases=phrases, items=items,
+                        pool_size=config.pool_size, history_len=config.history_len,
+                        min_ratings=config.min_ratings, k=config.k, tie_seed=config.seed)
+
+
+def measure_unit(env, policy, model, cond_name: str, sc, owners: dict[tuple, str], identity) -> dict:
+    """Run one (condition, scenario) episode in `env` and return its record.
+
+    Work shared by several units (profile, original ranking, the LLM-append sentence) counts
+    towards the first unit that needs it in the full order (`owners`), so the token totals do not
+    depend on where an earlier run was interrupted (a resume replays it from cache).
+    """
+    from ctrlsim.envs.steereval_env import to_observation_text
+
+    cond = CONDITIONS[cond_name]
+    key = record_key(cond_name, sc)
+    meter = model.meter
+    marks = [meter.total]
+    env.original_profile(sc)
+    marks.append(meter.total)
+    env.original_ranking(sc)
+    marks.append(meter.total)
+    obs, info = env.reset(options={"scenario": sc})
+    steered = to_observation_text(policy.act(obs, info))
+    marks.append(meter.total)
+    _, reward, _, _, figures = env.step(steered)
+    marks.append(meter.total)
+    shared = [owners[("profile", cond.env_key, sc.user_id)] == key,
+              owners[("ranking", cond.env_key, sc.user_id, sc.tag)] == key,
+              cond.intervention != "llm-append"
+              or owners[("append", sc.tag, sc.direction)] == key, True]
+    counted = [(b.prompt_tokens - a.prompt_tokens, b.completion_tokens - a.completion_tokens)
+               for a, b, keep in zip(marks, marks[1:], shared) if keep]
+    record = {"condition": cond_name, "tag": sc.tag, "tag_kind": sc.tag_kind,
+              "direction": sc.direction, "user": sc.user_id, "reward": reward,
+              "llm": identity, **figures,
+              "tokens": {"prompt": sum(p for p, _ in counted),
+                         "completion": sum(c for _, c in counted)}}
+    if cond.intervention in LLM_WRITTEN:
+        record["original_profile"] = info["original_profile"]
+    else:
+        record.pop("steered_profile")
+    return record
+
+
+def llm_cache_name(spec: str, cache: str) -> str:
+    """The worker-cache name of the LLM a unit uses (the driver may place a loaded one there)."""
+    return f"llm:{spec}:{cache}"
+
+
+@dataclass(frozen=True)
+class SteerEvalUnit:
+    """What a ray worker needs besides the unit key: the run's config and the run folder's LLM cache."""
+
+    config: SteerEvalConfig
+    llm_cache: str
+
+
+def _unit_plan(config: SteerEvalConfig) -> tuple[tuple, dict[str, tuple[str, Any]], dict[tuple, str]]:
+    """(data, units by record key, shared-work owners), rebuilt on a worker exactly as the driver does."""
+    data = prepare_dataset(config)
+    scenarios, _ = choose_scenarios(make_env(config, data, Condition(), config.llm), data[1], config)
+    units = [(cond, sc) for sc in scenarios for cond in config.conditions]
+    return data, {record_key(cond, sc): (cond, sc) for cond, sc in units}, shared_work_owners(units)
+
+
+def run_steereval_unit(unit: SteerEvalUnit, key: str) -> dict:
+    """One SteerEval unit (a record key) -> its record, on any worker (the ray executor's unit).
+
+    A fresh env and policy per unit: shared work memoised by an earlier unit on this worker would
+    otherwise cost this unit 0 tokens. Each unit measures all of its shared work (from the response
+    cache when another unit already paid for it) and keeps the parts it owns, as the local loop does.
+    """
+    from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend
+    from ctrlsim.backends import load_llm
+    from ctrlsim.experiments.executor import worker_cache
+
+    config = unit.config
+    data, units, owners = worker_cache(f"steereval-plan:{config!r}", lambda: _unit_plan(config))
+    if key not in units:
+        raise ConfigError(f"unknown steereval unit {key!r} for this config")
+    cond_name, sc = units[key]
+    cond = CONDITIONS[cond_name]
+    model = worker_cache(llm_cache_name(config.llm, unit.llm_cache),
+                         lambda: load_llm(config.llm, cache=unit.llm_cache))
+    policies = {"llm-append": LLMAppend, "llm-rewrite": LLMRewrite}
+    policy = policies[cond.intervention](model) if cond.intervention in policies \
+        else TemplateAppend(cond.emphasis)
+    env = make_env(config, data, cond, model)
+    return measure_unit(env, policy, model, cond_name, sc, owners, model.identity)
+
+
+
+def shared_work_owners(units: list[tuple[str, Any]]) -> dict[tuple, str]:
+    """The unit (record key) that pays for each piece of shared work: the first in `units` needing it."""
+    owners: dict[tuple, str] = {}
+    for cond_name, sc in units:
+        cond, key = CONDITIONS[cond_name], record_key(cond_name, sc)
+        owners.setdefault(("profile", cond.env_key, sc.user_id), key)
+        owners.setdefault(("ranking", cond.env_key, sc.user_id, sc.tag), key)
+        if cond.intervention == "llm-append":
+            owners.setdefault(("append", sc.tag, sc.direction), key)
+    return owners
+
+
+def record_key(condition: str, sc) -> str:
+    return f"{condition}/{sc.user_id}/{sc.tag}/{sc.direction}"
+
+
