@@ -21,10 +21,11 @@ from typing import Iterable
 from tqdm import tqdm
 
 from ctrlsim.errors import ConfigError, ExecutorError, MissingDependencyError
-from ctrlsim.experiments.executor import (
+from ctrlsim.experiments.units import (
     OnRecord,
     RunSummary,
     UnitFn,
+    driver_environment,
     failure_record,
     is_failure,
     run_unit,
@@ -92,8 +93,10 @@ class RayExecutor:
         self._ray = import_ray()
         self._started_ray = False
         self._connect()
+        # Workers see the driver's $CTRLSIM_* settings (cache folder, threads), not their node's.
         self._remote_unit = self._ray.remote(run_unit).options(
-            num_cpus=self.cpus_per_unit, max_retries=self.max_retries, retry_exceptions=False)
+            num_cpus=self.cpus_per_unit, max_retries=self.max_retries, retry_exceptions=False,
+            runtime_env={"env_vars": driver_environment()})
 
     # ---------------------------------------------------------------- cluster
     def _connect(self) -> None:

@@ -255,6 +255,19 @@ def _check(ctx: RunContext) -> None:
 
 
 def _prepare(ctx: RunContext) -> None:
+    """The loop's phases are one unit of work, "phases": a failure is reported, never stored."""
+    from ctrlsim.experiments.driver import UnitsFailed
+    from ctrlsim.experiments.executor import failure_record
+
+    try:
+        _evolve(ctx)
+    except UnitsFailed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed phase fails the run's unit, it does not crash it
+        raise UnitsFailed({"phases": failure_record(exc)["error"]}) from exc
+
+
+def _evolve(ctx: RunContext) -> None:
     """The evolution loop, phase by phase, in the driver (it writes the loop's artefacts); with
     --executor ray each cluster's debate and merge is a unit on the workers (`ExecutorFusion`)."""
     from ctrlsim.agents import MethodContext, ProfileSettings

@@ -49,142 +49,31 @@ so a Ray it started is shut down again::
 """
 from __future__ import annotations
 
-import logging
 import re
-import threading
 import time
-from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol
+from typing import Iterable
 
 from tqdm import tqdm
 
 from ctrlsim.errors import ConfigError
 
-logger = logging.getLogger(__name__)
-
-UnitFn = Callable[[Any, str], dict]
-OnRecord = Callable[[str, dict], None]
+# The shared unit-of-work pieces, re-exported: runners and tests import them from here.
+from ctrlsim.experiments.units import (  # noqa: F401
+    ERROR_MESSAGE_LIMIT,
+    Executor,
+    OnRecord,
+    RunSummary,
+    UnitFn,
+    cached_names,
+    clear_worker_cache,
+    failure_record,
+    is_failure,
+    run_unit,
+    unique_keys,
+    worker_cache,
+)
 
 EXECUTOR_KINDS = ("local", "ray")
-
-# ------------------------------------------------------------------------------------ failures
-
-ERROR_MESSAGE_LIMIT = 2000  # a failure record carries the message, not a whole traceback
-
-
-def failure_record(exc: BaseException) -> dict:
-    """The record of a unit that raised `exc`: `{"failed": True, "error": "<Type>: <msg>"}`."""
-    message = str(exc)
-    if len(message) > ERROR_MESSAGE_LIMIT:
-        message = message[:ERROR_MESSAGE_LIMIT] + "..."
-    return {"failed": True, "error": f"{type(exc).__name__}: {message}"}
-
-
-def is_failure(record: dict) -> bool:
-    """Whether a record is a failure record (runners leave these out of their tables)."""
-    return bool(record.get("failed")) and "error" in record
-
-
-def run_unit(unit_fn: UnitFn, config, key: str) -> dict:
-    """Run one unit where it stands, turning a raised exception into a failure record.
-
-    Both executors go through this function, so a failing unit gives the same record
-    whether it ran locally or on a Ray worker.
-    """
-    try:
-        record = unit_fn(config, key)
-    except Exception as exc:  # noqa: BLE001 - a failing unit is recorded, it must not sink the run
-        # The traceback goes to the worker's log (Ray forwards worker logs to the driver).
-        logger.warning("unit %r failed", key, exc_info=True)
-        return failure_record(exc)
-    if not isinstance(record, dict):
-        return failure_record(TypeError(f"unit {key!r}: {getattr(unit_fn, '__name__', unit_fn)} "
-                                        f"returned {type(record).__name__}, expected a dict record"))
-    return record
-
-
-# -------------------------------------------------------------------------------- worker cache
-
-class _WorkerCache:
-    """Objects built once per process and shared by every unit that runs there."""
-
-    def __init__(self):
-        self._objects: dict[str, Any] = {}
-        self._lock = threading.RLock()  # re-entrant: a factory may fetch another cached object
-
-    def get(self, name: str, factory: Callable[[], Any]):
-        with self._lock:
-            if name not in self._objects:
-                self._objects[name] = factory()
-            return self._objects[name]
-
-    def names(self) -> list[str]:
-        with self._lock:
-            return list(self._objects)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._objects.clear()
-
-
-# One per process by design: it is what lets a worker keep a model across units.
-_CACHE = _WorkerCache()
-
-
-def worker_cache(name: str, factory: Callable[[], Any]):
-    """The object cached under `name` in this process, built by `factory()` on first use."""
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"worker_cache needs a non-empty string name, got {name!r}")
-    return _CACHE.get(name, factory)
-
-
-def cached_names() -> list[str]:
-    """Names held by this process's worker cache (for tests and diagnostics)."""
-    return _CACHE.names()
-
-
-def clear_worker_cache() -> None:
-    """Drop every cached object of this process (frees the models it held)."""
-    _CACHE.clear()
-
-
-# ----------------------------------------------------------------------------------- executors
-
-@dataclass
-class RunSummary:
-    """What one `executor.run` did."""
-
-    units: int
-    failed: int
-    seconds: float
-
-    @property
-    def succeeded(self) -> int:
-        return self.units - self.failed
-
-
-class Executor(Protocol):
-    kind: str
-
-    def run(self, unit_fn: UnitFn, config, keys: Iterable[str], on_record: OnRecord, *,
-            progress: bool = True, desc: str = "units") -> RunSummary: ...
-
-    def close(self) -> None: ...
-
-    def __enter__(self) -> "Executor": ...
-
-    def __exit__(self, *exc) -> None: ...
-
-
-def unique_keys(keys: Iterable[str]) -> list[str]:
-    """The keys as a list; a repeated key is an error (the store has one record per key)."""
-    keys = list(keys)
-    repeated = [k for k, n in Counter(keys).items() if n > 1]
-    if repeated:
-        raise ConfigError(f"unit keys must be unique; repeated: {', '.join(map(repr, repeated[:5]))}")
-    return keys
-
 
 class LocalExecutor:
     """Runs units one after another in this process (the default; needs no Ray)."""

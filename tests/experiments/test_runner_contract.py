@@ -1,0 +1,120 @@
+"""The runner contract, checked on every registered runner with its smallest real config.
+
+Per runner: the CLI table and `RUNNERS` agree; the plan is not empty; an LLM server that cannot be
+reached (`http://127.0.0.1:9/v1#m`: nothing listens on port 9) fails the units that need it, so the
+run exits 1, lists them, and stores nothing for them; the same command with a working model then
+completes every planned unit; and a third run finds nothing to do. Runners without an LLM (probe)
+show the same policy with a unit that raises.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ctrlsim.experiments.cli import main
+from ctrlsim.experiments.runner import RUNNER_MODULES, get_runner
+from ctrlsim.experiments.store import read_run_records
+
+UNREACHABLE = "http://127.0.0.1:9/v1#m"
+MODEL = "smollm2-135m"
+
+# runner -> (flags without the LLM, the LLM flag, planned units, whether the full run is slow)
+CASES: dict[str, tuple[tuple[str, ...], str | None, int, bool]] = {
+    "probe": (("--recommender", "popularity", "--agents", "3", "--rounds", "5", "--target", "War"),
+              None, 2, False),
+    "ctrlbench": (("--methods", "base-small", "--recommenders", "popularity", "--targets", "War",
+                   "--agents", "1,1", "--rounds", "1", "--seeds", "0,1"), "--llm", 2, False),
+    "steereval": (("--users", "1", "--tags", "Horror", "--pool-size", "2", "--history-len", "3",
+                   "--min-ratings", "4", "--conditions", "default", "--table8-samples", "1"), "--llm", 2, False),
+    "promptshift": (("--users", "2", "--scenarios", "gender", "--n-candidates", "3", "--k", "2",
+                     "--history-len", "3", "--min-fit-positives", "3"), "--llms", 2, True),
+    "evolve": (("--agents", "2", "--merges", "1", "--rounds-per-merge", "1", "--eval-rounds", "1",
+                "--recommender", "popularity", "--debate-max-tokens", "16", "--merge-max-tokens", "64"),
+               "--llm", 8, True),
+}
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
+
+
+def test_every_registered_runner_has_a_case_and_a_subcommand():
+    from ctrlsim.experiments.cli import PROTOCOLS
+
+    assert set(CASES) == set(RUNNER_MODULES) == set(PROTOCOLS)
+    for name in RUNNER_MODULES:
+        runner = get_runner(name)
+        assert runner.name == name and callable(runner.unit_fn)
+        assert (CASES[name][1] is None) == (not runner.llm_fields)
+
+
+def _stored(out: Path) -> dict[str, dict]:
+    return read_run_records(out / "records.jsonl")[1]
+
+
+def _command(name: str, out: Path, llm: str | None) -> list[str]:
+    flags, llm_flag, _, _ = CASES[name]
+    return [name, *flags, *((llm_flag, llm) if llm_flag else ()), "--out", str(out), "--figures", "false"]
+
+
+@pytest.mark.parametrize("name", [n for n, case in CASES.items() if case[1]])
+def test_an_unreachable_llm_fails_the_units_and_stores_nothing_for_them(name, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(_command(name, out, UNREACHABLE)) == 1
+    err = capsys.readouterr().err
+    assert "unit(s) failed and were not stored" in err and "Rerun the same command" in err
+    assert "127.0.0.1:9" in err  # each failure names its cause
+    assert _stored(out) == {}  # every unit needs the LLM here: none is stored as finished
+    about = json.loads((out / "config.json").read_text())
+    assert about["runner"] == name
+
+
+def test_a_unit_that_raises_fails_alone_and_the_rerun_retries_it(tmp_path, capsys, monkeypatch):
+    """The policy without an LLM: the probe runner's ceiling unit raises, the episode is kept."""
+    out = tmp_path / "run"
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("no memory left")
+
+    monkeypatch.setattr("ctrlsim.envs.ceiling.controllability_ceiling", out_of_memory)
+    assert main(_command("probe", out, None)) == 1
+    assert "ceiling: MemoryError: no memory left" in capsys.readouterr().err
+    assert set(_stored(out)) == {"episode"}
+    monkeypatch.undo()
+    assert main(_command("probe", out, None)) == 0
+    assert set(_stored(out)) == {"episode", "ceiling"}
+
+
+def _full_cases():
+    for name, (_, _, _, slow) in CASES.items():
+        marks = [pytest.mark.llm] if CASES[name][1] else []
+        if slow:
+            marks.append(pytest.mark.slow)
+        yield pytest.param(name, marks=marks)
+
+
+@pytest.mark.parametrize("name", list(_full_cases()))
+def test_failed_units_are_retried_and_a_finished_run_resumes_to_nothing(name, tmp_path, capsys):
+    from ctrlsim.experiments.commands import parse_command
+    from ctrlsim.experiments.driver import drive
+
+    out = tmp_path / "run"
+    if CASES[name][1]:
+        assert main(_command(name, out, UNREACHABLE)) == 1
+        assert _stored(out) == {}
+    # Resuming with another model would mix configs; a failed run stored nothing, so overwrite is not
+    # needed: the folder's config is the unreachable one, so the rerun uses a fresh folder for the model.
+    out = tmp_path / "run-working"
+    assert main(_command(name, out, MODEL)) == 0, capsys.readouterr().err[-3000:]
+    stored = _stored(out)
+    assert len(stored) == CASES[name][2]
+    lines = (out / "records.jsonl").read_text()
+    config, options = parse_command(name, _command(name, out, MODEL)[1:])
+    again = drive(get_runner(name), config, options, show_progress=False)
+    assert again.ran == 0 and not again.failed and again.planned >= 1
+    assert set(again.records_by_key) == set(stored)
+    assert (out / "records.jsonl").read_text() == lines  # nothing was appended
+    assert again.tables  # the tables parse as DataFrames
