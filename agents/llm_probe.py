@@ -11,8 +11,14 @@ saw with title and tags, what it liked, skipped and searched) and, by default, t
 memory and slate follow. Where the runtime supports constrained decoding the reply is held
 to a JSON schema; otherwise it is parsed leniently. A reply that still cannot be used (prose,
 no "like", out-of-range or repeated positions) makes that probe skip the round and counts
-in its `parse_failures`; it never stops the run. If the batched call itself fails, each
-probe is retried alone, and probes whose own call fails are reported for dropping.
+in its `parse_failures`; it never stops the run.
+
+Failures of the call itself follow `ctrlsim.errors`: if the batched call fails with a probe
+failure (`PROBE_FAILURES`, e.g. one probe's prompt beyond the context), each probe is retried
+alone and those whose own call fails that way are reported for dropping. Any other error --
+the server or runtime unavailable (`BackendUnavailableError`), a malformed server reply, a
+model that cannot load, a bug -- propagates from `act`, so the episode and its unit fail
+(and a rerun retries them) instead of finishing with every probe dropped.
 
 Tokens: each reply's prompt and completion tokens are charged to the probe's stable id
 (`Persona.probe_id`) on the meter passed in (the episode's own meter, which the env reads).
@@ -27,7 +33,7 @@ import numpy as np
 
 from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset, item_text
-from ctrlsim.errors import ConfigError, CtrlsimError, LLMOutputError
+from ctrlsim.errors import PROBE_FAILURES, ConfigError, LLMOutputError
 from ctrlsim.seeding import derive_seed
 
 from . import prompts
@@ -151,7 +157,8 @@ class LLMPopulationPolicy:
     # ------------------------------------------------------------------ acting
     def act(self, observations: Mapping[str, dict], infos: Mapping[str, dict], *, slate_size: int,
             budget: int) -> tuple[dict[str, dict], dict[str, str]]:
-        """Actions for the given agents, and agent -> reason for those whose LLM call failed."""
+        """Actions for the given agents, and agent -> reason for those whose LLM call failed with a
+        probe failure (`PROBE_FAILURES`); any other error of the call propagates."""
         agents = list(observations)
         if not agents:
             return {}, {}
@@ -177,13 +184,14 @@ class LLMPopulationPolicy:
             kwargs["json_schema"] = decision_schema(slate_size)
         try:
             return dict(zip(agents, self.llm.chat(convs, **kwargs))), {}
-        except CtrlsimError:
-            pass  # find out which conversation fails: retry one by one
+        except PROBE_FAILURES:
+            pass  # one probe's own failure: find out which by retrying one by one
+        # Anything else (server unavailable, bad server reply, a bug) has propagated: the step fails.
         done, failed = {}, {}
         for agent, conv in zip(agents, convs):
             try:
                 done[agent] = self.llm.chat([conv], **kwargs)[0]
-            except CtrlsimError as exc:
+            except PROBE_FAILURES as exc:
                 failed[agent] = f"LLM call failed: {type(exc).__name__}: {exc}"
         return done, failed
 

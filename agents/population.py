@@ -49,9 +49,12 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
                     on_round: Callable[[int, EpisodeTrace], None] | None = None) -> EpisodeTrace:
     """Reset `env` with the population's roster (seeded) and play until every probe is done.
 
-    LLM populations decide with one batched `chat` per step; a probe whose LLM call fails is
-    reported with `env.drop(agent, reason)`. `meter` gets each probe's tokens under its
-    `probe_id` (pass the env's `token_meter` so the env's infos agree).
+    LLM populations decide with one batched `chat` per step; a probe whose LLM call fails with a
+    probe failure (`ctrlsim.errors.PROBE_FAILURES`) is reported with `env.drop(agent, reason)`
+    and an unparseable reply is a skipped round counted in the probe's `stats`. Any other error
+    (the LLM server unavailable, `BackendUnavailableError`; a model that cannot load; a bug)
+    propagates: the episode has no trace and its unit fails. `meter` gets each probe's tokens
+    under its `probe_id` (pass the env's `token_meter` so the env's infos agree).
     """
     meter = meter if meter is not None else TokenMeter()
     settings = settings if settings is not None else DecisionSettings()

@@ -2,6 +2,23 @@
 
 Catch `CtrlsimError` to handle any of them; each subclass names one kind of
 problem so callers (and tests) can react to exactly that kind.
+
+Failure semantics inside an episode (one rule for every catch site):
+
+* A probe's own deterministic failure -- its LLM reply cannot be parsed (`LLMOutputError`),
+  it ran past a budget (`BudgetExceededError`, including a prompt that does not fit the
+  model's context, `PromptTooLongError`), it produced an action the env rejects
+  (`InvalidAction`), or its policy reported an `AgentFailure` -- is absorbed: the round is
+  skipped or the probe dropped, the unit finishes, and the count is in its record. These
+  classes are `PROBE_FAILURES`; catch sites write ``except PROBE_FAILURES`` (or call
+  `is_probe_failure`) and nothing broader.
+* Everything else propagates out of the episode and fails the whole unit, which is then not
+  stored, so a rerun retries it: the infrastructure (`BackendUnavailableError`: a server that
+  refused or dropped the connection, timed out or answered 5xx after its retries; a server
+  answering malformed JSON, `ServerResponseError`; a model that cannot be loaded or found,
+  `ModelError` / `ModelNotFoundError`; a dead worker, out-of-memory) and any unexpected
+  exception (a bug). A rerun of a deterministic probe failure would fail the same way, which
+  is why only those are absorbed.
 """
 from __future__ import annotations
 
@@ -82,8 +99,17 @@ class ModelError(CtrlsimError, RuntimeError):
     """A model (LLM, encoder, recommender) failed."""
 
 
+class BackendUnavailableError(ModelError):
+    """An LLM server or runtime could not be reached or kept failing after its retries (connection
+    refused or dropped, a timeout, HTTP 5xx / 429 / 408 / 409); the message names the server and
+    the cause. An infrastructure failure: the unit that meets it fails (not stored, so a rerun
+    retries it); never a dropped probe or a skipped round."""
+
+
 class ServerResponseError(ModelError, ValueError):
-    """A model server answered with a body that is not the API's JSON (invalid JSON, no `choices`)."""
+    """A model server answered with a body that is not the API's JSON (invalid JSON, no `choices`,
+    no logprobs where they were asked for). The server's failure, not the probe's: it propagates
+    like `BackendUnavailableError` (it is not an `LLMOutputError`)."""
 
 
 class ModelNotFoundError(ModelError, LookupError):
@@ -96,7 +122,8 @@ class CacheCorruptionWarning(UserWarning):
 
 
 class LLMOutputError(ModelError, ValueError):
-    """An LLM reply could not be parsed into what the caller needs."""
+    """An LLM reply (the model's text) could not be parsed into what the caller needs. A probe
+    failure (`PROBE_FAILURES`): the probe skips that round, counted in its record."""
 
     def __init__(self, problem: str, text: str):
         self.text = text
@@ -107,19 +134,42 @@ class LLMOutputError(ModelError, ValueError):
 # --- environments / agents ------------------------------------------------
 
 class BudgetExceededError(CtrlsimError, RuntimeError):
-    """A probe acted after its round or token budget was spent."""
+    """A probe acted after its round or token budget was spent (a probe failure: it is dropped)."""
+
+
+class PromptTooLongError(BudgetExceededError, ConfigError):
+    """A probe's prompt does not fit the model's context window: its token budget is exceeded, so
+    the probe is dropped (a `BudgetExceededError`); still a `ConfigError` for callers that check
+    their prompts up front."""
 
 
 class AgentFailure(CtrlsimError, RuntimeError):
-    """A probe's policy failed; the population records it and drops the probe."""
+    """A probe's policy failed on its own (deterministically); the population records it and
+    drops the probe. Raise it from a policy only for such failures, never for infrastructure."""
 
 
 class InvalidAction(CtrlsimError, ValueError):
-    """An env action that does not fit the action space; the message names the offending value."""
+    """An env action that does not fit the action space; the message names the offending value.
+    A probe failure: the population drops the probe that sent it."""
 
 
 class ResetNeededError(CtrlsimError, RuntimeError):
     """An env was stepped (or rendered) before its first `reset()`."""
+
+
+#: The probe-deterministic failures: the only exceptions an episode absorbs (a skipped round or
+#: a dropped probe, counted in the record). Everything else -- `BackendUnavailableError`,
+#: `ServerResponseError`, other `ModelError`s, `ConfigError`, any non-ctrlsim exception --
+#: propagates and fails the unit. `LLMOutputError` is a `ModelError` but is listed here;
+#: `ServerResponseError` is a `ModelError` that is not.
+PROBE_FAILURES: tuple[type[CtrlsimError], ...] = (LLMOutputError, BudgetExceededError, InvalidAction,
+                                                  AgentFailure)
+
+
+def is_probe_failure(exc: BaseException) -> bool:
+    """Whether `exc` is a probe's own deterministic failure (`PROBE_FAILURES`), which an episode
+    absorbs; any other exception must propagate and fail the unit."""
+    return isinstance(exc, PROBE_FAILURES)
 
 
 # --- runs / executors -----------------------------------------------------

@@ -10,7 +10,7 @@ from pettingzoo import ParallelEnv
 
 from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset
-from ctrlsim.errors import ConfigError, CtrlsimError, ResetNeededError
+from ctrlsim.errors import PROBE_FAILURES, ConfigError, InvalidAction, ResetNeededError
 from ctrlsim.recommenders import Recommender
 from ctrlsim.seeding import rng_child
 
@@ -41,11 +41,13 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
     policies) derive from it. Episode end: `truncations[agent]` when its round budget is
     spent.
 
-    Failures: a policy that fails is reported with `env.drop(agent, reason)` before the
-    next `step`; that step takes no action from it and returns
-    `terminations[agent]=True` with `infos[agent]["failure"] = reason`. A malformed or
-    missing action drops its agent the same way (the reason names the bad value); the
-    others go on. `failures` maps every dropped agent to its reason.
+    Failures: a policy that fails on its own (a probe failure, `ctrlsim.errors.PROBE_FAILURES`)
+    is reported with `env.drop(agent, reason)` before the next `step`; that step takes no
+    action from it and returns `terminations[agent]=True` with `infos[agent]["failure"] =
+    reason`. A malformed or missing action (`InvalidAction`) or one past the budget
+    (`BudgetExceededError`) drops its agent the same way (the reason names the bad value); the
+    others go on. `failures` maps every dropped agent to its reason. Any other error raised
+    in a step (the black box, the task, the search) propagates: it is not one probe's fault.
 
     `reset(options={"roster": [ProbeSpec, ...]})` replaces the population (the
     evolution loop swaps clusters for super probes this way); the default roster is
@@ -137,10 +139,11 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
                 continue
             try:
                 if agent not in actions or actions[agent] is None:
-                    raise ConfigError("no action given (report a failed policy with env.drop(agent, reason))")
+                    raise InvalidAction("no action given (report a failed policy with "
+                                        "env.drop(agent, reason))")
                 likes, query = self.engine.validate(actions[agent])
                 new_likes[agent], rewards[agent] = self.engine.act(self.probes[agent], likes, query)
-            except CtrlsimError as exc:  # a bad action drops its probe; the population goes on
+            except PROBE_FAILURES as exc:  # a bad action drops its probe; the population goes on
                 self.failures[agent] = f"{type(exc).__name__}: {exc}"
                 rewards[agent] = 0.0
                 continue

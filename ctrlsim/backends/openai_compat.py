@@ -8,15 +8,19 @@ to the replica with the fewest requests in flight.
   `max_concurrency` requests at a time; the server batches them (vLLM's continuous
   batching, llama.cpp's parallel slots, or one replica each). Replies come back in the
   batch's order, so metering and the response cache work as for any runtime.
-* **Faults.** Timeouts (`timeout` seconds per request), dropped connections, HTTP 408, 409,
-  429 and 5xx are retried `retries` times with exponential backoff from `backoff` seconds
-  (a server's `Retry-After` is honoured), each retry on the least busy replica; after that
-  a `ModelError` names the server. Other HTTP errors (400, 401, 404, ...) raise at once.
-  A reply that is not JSON or has no `choices` is a `ServerResponseError`.
+* **Faults.** Timeouts (`timeout` seconds per request), refused or dropped connections, HTTP
+  408, 409, 429 and 5xx are retried `retries` times with exponential backoff from `backoff`
+  seconds (a server's `Retry-After` is honoured), each retry on the least busy replica; after
+  that a `BackendUnavailableError` names the server and the cause. Other HTTP errors (400,
+  401, 404, ...) raise a `ModelError` at once, except a prompt beyond the model's context
+  (HTTP 400 saying so), which is that probe's `PromptTooLongError`. A reply that is not JSON,
+  has no `choices`, or no logprobs where they were asked for is a `ServerResponseError`.
+  None of these is an `LLMOutputError`: they fail the unit, never a single probe (see
+  `ctrlsim.errors`).
 * **Ratings.** Chat templates are applied by the server, so a rating prompt cannot end
   inside the assistant turn; instead the last user message asks for a single digit and the
   digit distribution is read from the first token's `top_logprobs`. Servers that return no
-  log-probs make `rate` raise; use `rate_by_generation` there.
+  log-probs make `rate` raise a `ServerResponseError`; use `rate_by_generation` there.
 * **Constrained decoding.** ``chat(json_schema=...)`` is sent as OpenAI's
   ``response_format={"type": "json_schema", ...}`` (vLLM, OpenAI). llama-cpp-python's server
   knows only ``{"type": "json_object", "schema": ...}``; when a server rejects the first
@@ -39,10 +43,12 @@ import numpy as np
 
 from ctrlsim.backends.llm import LLM, RATING_DIGITS, Completion, Conversation, DigitScores, GenerationParams
 from ctrlsim.errors import (
+    BackendUnavailableError,
     ConfigError,
-    LLMOutputError,
     MissingDependencyError,
     ModelError,
+    ModelNotFoundError,
+    PromptTooLongError,
     ServerResponseError,
 )
 
@@ -50,6 +56,10 @@ DIGIT_INSTRUCTION = "Answer with a single digit from 0 to 5 and nothing else."
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 SCHEMA_STYLES = ("json_schema", "json_object")  # OpenAI / vLLM form, llama-cpp-python server form
 SNIPPET = 300  # characters of a bad body quoted in an error
+# How servers say a prompt is beyond the model's context in an HTTP 400: OpenAI's error code,
+# vLLM's message, llama.cpp server's error type and message.
+CONTEXT_LENGTH_MARKERS = ("context_length_exceeded", "maximum context length", "exceed_context_size",
+                          "exceeds the available context size")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -182,19 +192,22 @@ class OpenAICompatLLM(LLM):
                 return self._parse_json(raw.text, url + path)
             except openai.APIStatusError as exc:
                 if not retryable_status(exc.status_code) or _is_request_validation_error(exc):
-                    raise ModelError(f"{url}{path}: HTTP {exc.status_code}: "
-                                     f"{_body_text(exc)[:SNIPPET]!r}") from exc
+                    message = f"{url}{path}: HTTP {exc.status_code}: {_body_text(exc)[:SNIPPET]!r}"
+                    if exc.status_code == 400 and _is_context_length_error(exc):
+                        raise PromptTooLongError(message) from exc
+                    raise ModelError(message) from exc
                 error = exc
             except openai.APIConnectionError as exc:  # refused, dropped, timed out
                 error = exc
             finally:
                 self._release(replica)
+        # Out of retries: the server is unavailable, which fails the unit (never one probe).
         tries = f"after {self.retries + 1} attempt{'s' if self.retries else ''}"
         if isinstance(error, openai.APIStatusError):
-            raise ModelError(f"{url}{path}: HTTP {error.status_code} {tries}: "
-                             f"{_body_text(error)[:SNIPPET]!r}") from error
+            raise BackendUnavailableError(f"{url}{path}: HTTP {error.status_code} {tries}: "
+                                          f"{_body_text(error)[:SNIPPET]!r}") from error
         kind = "timed out" if isinstance(error, openai.APITimeoutError) else "connection failed"
-        raise ModelError(f"cannot reach {url}{path} ({kind} {tries}): {error}") from error
+        raise BackendUnavailableError(f"cannot reach {url}{path} ({kind} {tries}): {error}") from error
 
     @staticmethod
     def _parse_json(text: str, where: str) -> dict:
@@ -214,7 +227,7 @@ class OpenAICompatLLM(LLM):
             raise ServerResponseError(f"{self.base_url}/models: reply has no 'data' list: "
                                       f"{json.dumps(data)[:SNIPPET]!r}")
         if not models or not isinstance(models[0], dict) or "id" not in models[0]:
-            raise ModelError(f"{self.base_url} serves no models")
+            raise ModelNotFoundError(f"{self.base_url} serves no models")
         return models[0]["id"]
 
     def _chat_completion(self, body: dict) -> tuple[dict, dict]:
@@ -285,8 +298,9 @@ class OpenAICompatLLM(LLM):
             choice, usage = self._chat_completion(body)
             content = (choice.get("logprobs") or {}).get("content")
             if not content:
-                raise LLMOutputError(f"{self.base_url} returned no logprobs, so digit rating is impossible "
-                                     "(use rate_by_generation)", json.dumps(choice)[:200])
+                raise ServerResponseError(f"{self.base_url} returned no logprobs, so digit rating is "
+                                          "impossible (use rate_by_generation): "
+                                          f"{json.dumps(choice)[:200]!r}")
             digit = np.full(len(RATING_DIGITS), -np.inf)
             for entry in content[0].get("top_logprobs", []):
                 token = entry["token"].strip()
@@ -301,6 +315,12 @@ class OpenAICompatLLM(LLM):
 def _is_request_validation_error(error) -> bool:
     """A 5xx that reports the request as invalid (llama-cpp-python's server does this): not transient."""
     return "validation error" in _body_text(error)[:SNIPPET]
+
+
+def _is_context_length_error(error) -> bool:
+    """An HTTP 400 that says the prompt is beyond the model's context (the probe's prompt, not the server)."""
+    text = _body_text(error).lower()
+    return any(marker in text for marker in CONTEXT_LENGTH_MARKERS)
 
 
 def _rejects_json_schema_form(exc: ModelError) -> bool:

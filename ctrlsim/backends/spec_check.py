@@ -42,5 +42,7 @@ def check_llm_spec(spec: object, *, name: str = "llm") -> None:
                                      f"names: {', '.join(sorted(BUNDLED_LLMS))}")
         return
     if runtime is None and "/" not in target:
-        raise ModelNotFoundError(f"{name}: {spec!r} is not a bundled LLM ({', '.join(sorted(BUNDLED_LLMS))}), "
-                                 f"a path, a hub id (org/name) or a URL; runtimes: {', '.join(RUNTIMES)}")
+        raise ModelNotFoundError(f"{name}: {spec!r} is not a bundled LLM "
+                                 f"({', '.join(sorted(BUNDLED_LLMS))}), a path, a hub id (org/name) or a "
+                                 "URL; "
+                                 f"runtimes: {', '.join(RUNTIMES)}")

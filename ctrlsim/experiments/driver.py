@@ -212,7 +212,7 @@ def run(protocol: str, out: str | Path | None = None, *, options: RunOptions | N
     from ctrlsim.experiments.runner import get_runner
 
     runner = get_runner(protocol)
-    config = config_from_dict(runner.config_cls, _with_presets(runner, config_fields))
+    config: Any = config_from_dict(runner.config_cls, _with_presets(runner, config_fields))
     options = options or RunOptions()
     if out is not None:
         options = replace(options, out=str(out))

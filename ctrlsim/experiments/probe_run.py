@@ -28,7 +28,7 @@ from tqdm import tqdm
 from ctrlsim.envs import PopulationEnv, ProbeSpec
 from ctrlsim.envs.registration import check_plain_data
 from ctrlsim.envs.tasks import TASKS
-from ctrlsim.errors import ConfigError
+from ctrlsim.errors import PROBE_FAILURES, ConfigError
 from ctrlsim.experiments.config import RunOptions, check_choice, check_range, config_to_dict
 from ctrlsim.experiments.runner import Runner
 
@@ -139,7 +139,7 @@ def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, check
         for agent in env.agents:
             try:
                 actions[agent] = policies[agent].act(obs[agent], infos[agent])
-            except Exception as exc:  # noqa: BLE001 - a failing policy drops its probe, not the run
+            except PROBE_FAILURES as exc:  # the probe's own failure drops it; anything else fails the unit
                 env.drop(agent, f"{type(exc).__name__}: {exc}")
         obs, _, _, _, infos = env.step(actions)
         if t in checkpoints:

@@ -212,7 +212,8 @@ def read_run_records(path: str | Path) -> tuple[dict, dict[str, dict]]:
     header = _parse_line(lines[0]) if lines else None
     if not isinstance(header, dict) or "config" not in header:
         raise DataFileError(path, "line 1 is not a result-file header ({\"config\": ...})")
-    config, records = header["config"], {}
+    config = header["config"]
+    records: dict[str, dict] = {}
     for line in lines[1:]:
         row = _parse_line(line)
         if isinstance(row, dict) and set(row) == {"extend"}:

@@ -6,6 +6,7 @@ from ctrlsim.agents.profiles import ProfileGenerator
 from ctrlsim.envs import PopulationEnv
 
 from ctrlsim.backends import ResponseCache, TokenMeter
+from ctrlsim.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -101,13 +102,19 @@ def test_token_keys_survive_a_roster_swap(ml100k, smol, personas, pop_rec):
 
 
 @pytest.mark.llm
-def test_a_probe_whose_llm_call_fails_is_dropped_and_the_others_go_on(ml100k, smol, personas, pop_rec):
+@pytest.mark.xfail(strict=True, raises=ConfigError,
+                   reason="LlamaCppLLM.tokenize (ctrlsim/backends/llamacpp.py) still raises a plain "
+                          "ConfigError for a prompt beyond the context, which fails the unit; it is to raise "
+                          "PromptTooLongError (a ConfigError and a probe failure): then remove this mark")
+def test_a_probe_whose_prompt_is_beyond_the_context_is_dropped_and_the_others_go_on(ml100k, smol, personas,
+                                                                                    pop_rec):
     huge = Persona.from_dict({**personas[1].to_dict(), "bio": "noir " * 6000})  # beyond the 4k context
     meter = TokenMeter()
     env = PopulationEnv(pop_rec, n_agents=3, target="War", budget=2, token_meter=meter)
     trace = play_population(env, Population((personas[0], huge, personas[2])), seed=0, llm=smol, meter=meter)
     ok, dropped, ok2 = trace.probes
-    assert dropped.dropped is not None and "LLM call failed" in dropped.dropped and dropped.dropped_round == 1
+    assert dropped.dropped is not None and dropped.dropped_round == 1
+    assert dropped.dropped.startswith("LLM call failed: PromptTooLongError: ")
     assert env.failures["probe_1"] == dropped.dropped
     assert ok.dropped is None and ok2.dropped is None
     assert ok.stats["decisions"] == ok2.stats["decisions"] == 2

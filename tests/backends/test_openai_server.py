@@ -17,7 +17,15 @@ import pytest
 from ctrlsim.backends.bundled import bundled_llm_path
 from ctrlsim.backends.cache import ResponseCache
 from ctrlsim.backends.openai_compat import OpenAICompatLLM, parse_base_urls
-from ctrlsim.errors import ConfigError, ModelError, ModelNotFoundError, ServerResponseError
+from ctrlsim.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    ModelError,
+    ModelNotFoundError,
+    PromptTooLongError,
+    ServerResponseError,
+    is_probe_failure,
+)
 
 pytest.importorskip("openai")
 
@@ -55,8 +63,9 @@ class ScriptedServer:
                 kind = action[0]
                 if kind == "ok":
                     self._send(200, json.dumps(GOOD_REPLY))
-                elif kind == "status":
-                    self._send(action[1], json.dumps({"error": "scripted"}), headers=action[2:] and action[2])
+                elif kind == "status":  # ("status", code[, headers[, body]])
+                    error = action[3] if len(action) > 3 else {"error": "scripted"}
+                    self._send(action[1], json.dumps(error), headers=action[2:] and action[2])
                 elif kind == "raw":
                     self._send(200, action[1])
                 elif kind == "drop":  # close the connection without any answer
@@ -110,25 +119,46 @@ def test_transient_failures_are_retried(failure):
     assert reply.text == "hello" and len(server.requests) == 3
 
 
-def test_persistent_5xx_becomes_a_model_error_naming_the_server():
+def test_persistent_5xx_makes_the_backend_unavailable_naming_the_server():
     with ScriptedServer([("status", 500)] * 3) as server:
         where = r"127\.0\.0\.1:\d+/v1/chat/completions"
-        with pytest.raises(ModelError, match=where + ": HTTP 500 after 3 attempts"):
+        with pytest.raises(BackendUnavailableError, match=where + ": HTTP 500 after 3 attempts") as err:
             scripted_llm(server).chat(HELLO)
     assert len(server.requests) == 3
+    assert isinstance(err.value, ModelError) and not is_probe_failure(err.value)
 
 
 def test_client_errors_are_not_retried():
     with ScriptedServer([("status", 400)]) as server:
-        with pytest.raises(ModelError, match="HTTP 400"):
+        with pytest.raises(ModelError, match="HTTP 400") as err:
             scripted_llm(server).chat(HELLO)
     assert len(server.requests) == 1
+    assert type(err.value) is ModelError and not is_probe_failure(err.value)  # fails the unit at once
+
+
+@pytest.mark.parametrize("message", [
+    "This model's maximum context length is 4096 tokens. However, you requested 9000 tokens.",  # vLLM
+    "the request exceeds the available context size, try increasing it",  # llama.cpp server
+])
+def test_a_prompt_beyond_the_context_is_the_probes_failure(message):
+    with ScriptedServer([("status", 400, None, {"error": {"message": message}})]) as server:
+        with pytest.raises(PromptTooLongError, match="HTTP 400") as err:
+            scripted_llm(server).chat(HELLO)
+    assert len(server.requests) == 1 and is_probe_failure(err.value) and isinstance(err.value, ConfigError)
 
 
 def test_timeout_per_request():
     with ScriptedServer([("sleep", 2.0)]) as server:
-        with pytest.raises(ModelError, match=r"cannot reach .* \(timed out after 1 attempt\)"):
+        with pytest.raises(BackendUnavailableError, match=r"cannot reach .* \(timed out after 1 attempt\)"):
             scripted_llm(server, timeout=0.3, retries=0).chat(HELLO)
+
+
+def test_dropped_connections_after_the_retries_make_the_backend_unavailable():
+    with ScriptedServer([("drop",)] * 3) as server:
+        with pytest.raises(BackendUnavailableError,
+                           match=r"cannot reach .* \(connection failed after 3 attempts\)"):
+            scripted_llm(server).chat(HELLO)
+    assert len(server.requests) == 3
 
 
 @pytest.mark.parametrize("body, problem", [
@@ -176,9 +206,24 @@ def test_model_is_read_from_the_server_when_not_given():
     assert llm.model == "scripted-model" and llm.identity["base_url"] == server.url
 
 
-def test_unreachable_server_is_a_model_error():
-    with pytest.raises(ModelError, match="cannot reach http://127.0.0.1"):
+def test_unreachable_server_makes_the_backend_unavailable():
+    with pytest.raises(BackendUnavailableError, match="cannot reach http://127.0.0.1"):
         OpenAICompatLLM(f"http://127.0.0.1:{_free_port()}/v1", retries=1, backoff=0.01)
+
+
+def test_a_server_with_no_models_is_a_model_not_found():
+    with ScriptedServer([]) as server:
+        handler = server.server.RequestHandlerClass
+        handler.do_GET = lambda self: self._send(200, json.dumps({"data": []}))  # this server's class only
+        with pytest.raises(ModelNotFoundError, match="serves no models"):
+            OpenAICompatLLM(server.url)
+
+
+def test_a_server_without_logprobs_cannot_rate_and_that_is_the_servers_failure():
+    with ScriptedServer([]) as server:  # GOOD_REPLY has no logprobs
+        with pytest.raises(ServerResponseError, match="returned no logprobs") as err:
+            scripted_llm(server).rate([[{"role": "user", "content": "Rate Heat (1995) from 0 to 5."}]])
+    assert not is_probe_failure(err.value)
 
 
 @pytest.mark.parametrize("urls, message", [("", "no server URL"), ("ftp://x/v1", "must start with http"),

@@ -5,8 +5,8 @@ import pytest
 from ctrlsim.agents.population import EpisodeTrace, ProbeTrace
 
 from ctrlsim.errors import ConfigError, DataFileError
-from ctrlsim.experiments.config import RunOptions
 from ctrlsim.experiments.commands import build_parser, config_from_cli
+from ctrlsim.experiments.config import RunOptions
 from ctrlsim.experiments.ctrlbench import RUNNER, CtrlBenchConfig, episode_key, main, parse_key, run_ctrlbench
 from ctrlsim.experiments.ctrlbench_report import round_curves
 

@@ -108,7 +108,8 @@ def test_python_api_returns_records_and_dataframes(tmp_path):
 
 
 def test_markdown_tables_parse_by_hand():
-    text = "# Title\n\n## One\n\n| a | b |\n|---|--:|\n| x | 1.5 |\n| y | - |\n\n## One\n\n| c |\n|---|\n| 2 |\n"
+    text = ("# Title\n\n## One\n\n| a | b |\n|---|--:|\n| x | 1.5 |\n| y | - |\n\n"
+            "## One\n\n| c |\n|---|\n| 2 |\n")
     tables = markdown_tables(text)
     assert list(tables) == ["One", "One (2)"]
     assert tables["One"].to_dict("list") == {"a": ["x", "y"], "b": [1.5, "-"]}

@@ -219,21 +219,20 @@ def test_every_runner_is_covered():
 
 
 @pytest.mark.llm
-def test_a_failed_unit_is_retried_by_the_rerun(tmp_path):
-    """An episode that failed (here: its LLM file was missing) is not stored as done: once the file is
-    there, the same command runs it; before the fix ctrlbench replayed the stale failure forever."""
+def test_a_missing_model_file_is_refused_before_any_work_and_the_rerun_runs_everything(tmp_path):
+    """A model file that is not there can only fail: the run refuses it up front (exit 2, nothing
+    runs, not even the units that need no LLM); once the file is there, the same command runs all."""
     pytest.importorskip("recbole")
     from ctrlsim.backends.bundled import bundled_llm_path
 
-    model = tmp_path / "models" / "probe-llm.gguf"  # not there yet, as a server that is down
+    model = tmp_path / "models" / "probe-llm.gguf"  # not there yet
     case = RunnerCase("ctrlbench", ("--methods", "random,base-small", "--recommenders", "popularity",
                                     "--targets", "War", "--agents", "1,1", "--rounds", "1",
                                     "--llm", str(model)), keys=2, timing=("timing",))
     out, env = tmp_path / "run", _env(tmp_path / "cache")
     first = subprocess.run(_command(case, out), env=env, capture_output=True, text=True, timeout=600)
-    assert first.returncode == 1 and f"no GGUF file at {model}" in first.stdout + first.stderr
-    _, records, _ = read_records(out / "records.jsonl")
-    assert list(records) == ["random|popularity|War|seed=0"]  # the failure is reported, not stored
+    assert first.returncode == 2 and f"no model file or folder at {model}" in first.stderr
+    assert not (out / "records.jsonl").exists()  # refused before the run folder was opened
     model.parent.mkdir()
     model.symlink_to(bundled_llm_path("smollm2-135m"))
     second = subprocess.run(_command(case, out), env=env, capture_output=True, text=True, timeout=600)
