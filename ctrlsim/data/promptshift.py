@@ -37,6 +37,17 @@ def is_music(dataset: Dataset) -> bool:
     return "artist" in dataset.items.columns
 
 
+# The one definition of PromptShift's positives: a rating >= 4 on explicit feedback, >= 2 plays on
+# listening data (Last.fm). `AUTO` picks between them from the dataset; None counts every interaction.
+MOVIE_POSITIVE, PLAY_POSITIVE = 4.0, 2.0
+AUTO = "auto"
+
+
+def default_positive_threshold(dataset: Dataset) -> float:
+    """The positive threshold PromptShift uses on `dataset` unless told otherwise."""
+    return PLAY_POSITIVE if is_music(dataset) else MOVIE_POSITIVE
+
+
 def prompt_titles(dataset: Dataset, item_ids: Sequence[str]) -> list[str]:
     """How items are written in a prompt: "Title (Year)" for movies, "Artist - Title" for tracks."""
     items, rows = dataset.items, dataset.indices(item_ids)
@@ -54,11 +65,12 @@ class PromptShiftData:
     Interactions are split per user in time order into fit / valid / test
     (72/8/20); positives are interactions whose `rating` (a rating, or a play
     count for implicit feedback) is >= `positive_threshold` within each part
-    (None: every interaction is positive). Eligible users have >=
-    `min_fit_positives` fit positives, >= 1 test positive and an identity slice
-    in every scenario (section 5.1). The prompt history H_u is the user's last
-    `history_len` fit positives, oldest first. The slice table is built from
-    all users' fit positives over the slices of every scenario.
+    (`AUTO`, the default: `default_positive_threshold`; None: every
+    interaction is positive). Eligible users have >= `min_fit_positives` fit
+    positives, >= 1 test positive and an identity slice in every scenario
+    (section 5.1). The prompt history H_u is the user's last `history_len`
+    fit positives, oldest first. The slice table is built from all users' fit
+    positives over the slices of every scenario.
     """
 
     dataset: Dataset
@@ -76,9 +88,15 @@ class PromptShiftData:
 
     @classmethod
     def build(cls, dataset: Dataset, *, scenarios: Sequence[str] = SCENARIOS,
-              positive_threshold: float | None = 4.0, history_len: int = 25, min_fit_positives: int = 25,
+              positive_threshold: float | str | None = AUTO, history_len: int = 25,
+              min_fit_positives: int = 25,
               fractions: tuple[float, float, float] = (0.72, 0.08, 0.20)) -> "PromptShiftData":
         scenarios = tuple(scenarios)
+        if positive_threshold == AUTO:
+            positive_threshold = default_positive_threshold(dataset)
+        elif isinstance(positive_threshold, str):
+            raise ConfigError(f"positive_threshold must be a number, None or {AUTO!r}, "
+                              f"got {positive_threshold!r}")
         if len(fractions) != 3:
             raise ConfigError(f"fractions must be three numbers (fit, valid, test), got {fractions}")
         fractions = (float(fractions[0]), float(fractions[1]), float(fractions[2]))

@@ -28,7 +28,7 @@ from ctrlsim.agents.rerankers import PAPER_PARAMS, PARAM_GRID
 from ctrlsim.backends import LLM, load_llm
 from ctrlsim.backends.specs import parse_spec
 from ctrlsim.data import identity_slices, load_dataset
-from ctrlsim.data.promptshift import PromptShiftData, is_music
+from ctrlsim.data.promptshift import AUTO, MOVIE_POSITIVE, PLAY_POSITIVE, PromptShiftData
 from ctrlsim.data.splits import AGE_GROUPS, SCENARIOS
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
@@ -58,7 +58,6 @@ from ctrlsim.recommenders.promptshift import PromptShiftEngine
 from ctrlsim.seeding import derive_rng
 
 DEFAULT_RUN_LLM = "qwen2.5-0.5b"
-MOVIE_POSITIVE, PLAY_POSITIVE = 4.0, 2.0  # rating >= 4 (explicit feedback); >= 2 plays (Last.fm)
 # The choices the stored lists depend on (the rest only shape the tables).
 GENERATION_CHOICES = ("domain", "positives", "request sentence", "decoding")
 
@@ -154,9 +153,7 @@ def build_data(cfg: PromptShiftConfig) -> PromptShiftData:
 
     def factory() -> PromptShiftData:
         dataset = load_dataset(cfg.dataset)
-        threshold = cfg.positive_threshold
-        if threshold is None:
-            threshold = PLAY_POSITIVE if is_music(dataset) else MOVIE_POSITIVE
+        threshold = AUTO if cfg.positive_threshold is None else cfg.positive_threshold
         return PromptShiftData.build(dataset, scenarios=cfg.scenarios, positive_threshold=threshold,
                                      history_len=cfg.history_len, min_fit_positives=cfg.min_fit_positives)
     return worker_cache(key, factory)

@@ -126,10 +126,31 @@ RUNNER_MODULES: dict[str, str] = {
 }
 
 
+# Runners registered at run time (a user's own protocol): name -> Runner.
+_REGISTERED: dict[str, Runner] = {}
+
+
+def register_runner(runner: Runner) -> Runner:
+    """Make `runner` available to `ctrlsim.run(runner.name, ...)` and `get_runner` (returns it)."""
+    if not isinstance(runner, Runner):
+        raise ConfigError(f"register_runner needs a Runner, got {type(runner).__name__}")
+    if runner.name in RUNNER_MODULES:
+        raise ConfigError(f"runner name {runner.name!r} is taken by a built-in runner")
+    _REGISTERED[runner.name] = runner
+    return runner
+
+
+def runner_names() -> list[str]:
+    """Every runner `get_runner` knows: the built-in ones, then those registered."""
+    return [*RUNNER_MODULES, *_REGISTERED]
+
+
 def get_runner(name: str) -> Runner:
     """The registered runner `name` (a `ConfigError` names the known ones)."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     if name not in RUNNER_MODULES:
-        raise ConfigError(f"unknown protocol {name!r}; runners: {', '.join(RUNNER_MODULES)}")
+        raise ConfigError(f"unknown protocol {name!r}; runners: {', '.join(runner_names())}")
     runner = importlib.import_module(RUNNER_MODULES[name]).RUNNER
     if not isinstance(runner, Runner) or runner.name != name:
         raise ConfigError(f"{RUNNER_MODULES[name]}.RUNNER is not the Runner {name!r}")
