@@ -2,14 +2,17 @@
 
 Each check raises `ConfigError` naming the argument and the offending value, so a bad
 `reset(seed=-1)` or `l_init=(5, 2)` is a clear typed error rather than a numpy or
-Gymnasium traceback from deep inside a draw.
+Gymnasium traceback from deep inside a draw; `check_reset` raises `ResetNeededError`
+for a step (or render) with no episode to act on.
 """
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
-from ctrlsim.errors import ConfigError
+from ctrlsim.errors import ConfigError, ResetNeededError
+
+T = TypeVar("T")
 
 
 def check_render_mode(render_mode: str | None, metadata: Mapping[str, Any]) -> None:
@@ -70,3 +73,12 @@ def check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
+
+
+def check_reset(episode: T | None, call: str = "step", *, ended: bool = False) -> T:
+    """The episode `call` ("step", "render") acts on. `ResetNeededError` when there is none
+    (`episode` is None: never reset) or it is over (`ended`: a one-step env after its step)."""
+    if episode is None or ended:
+        why = "the env has not been reset" if episode is None else "the episode has ended"
+        raise ResetNeededError(f"{why}: call reset() before {call}()")
+    return episode

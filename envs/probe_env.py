@@ -7,11 +7,11 @@ import gymnasium as gym
 
 from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset
-from ctrlsim.errors import ConfigError, ResetNeededError
+from ctrlsim.errors import ConfigError
 from ctrlsim.recommenders import Recommender
 
 from ._build import DEFAULT_RECOMMENDER, build_engine
-from .checks import check_l_init, check_options, check_render_mode, check_seed
+from .checks import check_l_init, check_options, check_render_mode, check_reset, check_seed
 from .engine import Probe, ProbeSpec, action_space, observation_space
 from .roster import probe_from_user, user_order
 from .tasks import Task
@@ -95,16 +95,15 @@ class ProbeEnv(gym.Env[ObsType, ActType]):
         return self.engine.observation(self.probe), self.engine.info(self.probe)
 
     def step(self, action: ActType) -> tuple[ObsType, float, bool, bool, dict]:
-        if self.probe is None:
-            raise ResetNeededError("call reset() before step()")
+        probe = check_reset(self.probe, "step")
         likes, query = self.engine.validate(action)
-        new, reward = self.engine.act(self.probe, likes, query)
-        self.engine.advance([self.probe], [query])
-        truncated = self.probe.rounds >= self.engine.budget
-        info = self.engine.info(self.probe, new)
+        new, reward = self.engine.act(probe, likes, query)
+        self.engine.advance([probe], [query])
+        truncated = probe.rounds >= self.engine.budget
+        info = self.engine.info(probe, new)
         if self.render_mode == "human":
             self.render()
-        return self.engine.observation(self.probe), float(reward), False, truncated, info
+        return self.engine.observation(probe), float(reward), False, truncated, info
 
     def render(self) -> str | None:
         """"ansi": the current slate as text; "human": print it and return None; no mode: None."""

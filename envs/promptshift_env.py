@@ -13,15 +13,21 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ctrlsim.backends import LLM, TokenMeter
+from ctrlsim.backends import LLM, check_llm_argument
 from ctrlsim.data import Dataset, load_dataset
 from ctrlsim.data.promptshift import PromptShiftData
 from ctrlsim.data.splits import SCENARIOS
 from ctrlsim.errors import ConfigError
-from ctrlsim.metrics.promptshift import EMPTY_SLOT, RHO, UNMATCHED_SLOT, SliceTable
+from ctrlsim.metrics.promptshift import EMPTY_SLOT, RHO, UNMATCHED_SLOT
 from ctrlsim.recommenders.promptshift import DEFAULT_LLM, Episode, PromptShiftEngine
 
+from .checks import check_options, check_positive_int, check_render_mode, check_reset, check_seed
+
 REWARDS = ("slice_shift", "difficulty")
+# Read-only views of `env.engine` that the env answers as its own attributes (`env.slice_table`,
+# `env.llm_loaded`, ...): what rerankers (`Reranker.for_env`) and callers read off the env.
+ENGINE_ATTRIBUTES = ("data", "users", "k", "n_candidates", "slice_names", "slice_means", "slice_table",
+                     "llm", "llm_loaded", "token_meter")
 Observation = dict[str, Any]
 
 
@@ -76,6 +82,13 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
     envs; it then fixes dataset, scenarios, positives and history). Render
     mode "ansi" returns the cue list as text. Construction loads the dataset
     and builds the slice table but neither loads the LLM nor generates anything.
+
+    Attributes: `engine` (the `PromptShiftEngine`), and the engine's `ENGINE_ATTRIBUTES`
+    read through the env: `data`, `users`, `k`, `n_candidates`, `slice_names`, `slice_means`
+    (slice id -> phi_bar_s over the env's users, what the adaptive reranker B3 needs),
+    `slice_table`, `llm` (loads it), `llm_loaded`, `token_meter`.
+    Stepping before `reset` or twice in one episode, and rendering before the first
+    `reset`, raise `ResetNeededError`.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
@@ -90,11 +103,12 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
                  llm_seed: int | None = None, llm_cache: str | None = None, domain: str | None = None,
                  exclude_history: bool = False, data: PromptShiftData | None = None,
                  render_mode: str | None = None):
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
+        check_render_mode(render_mode, self.metadata)
+        check_llm_argument(llm)  # before the data is built: a wrong type fails at once
+        n_candidates, k = check_positive_int("n_candidates", n_candidates), check_positive_int("k", k)
         if reward not in REWARDS:
             raise ConfigError(f"reward must be one of {REWARDS}, got {reward!r}")
-        if not 1 <= k <= n_candidates:
+        if k > n_candidates:
             raise ConfigError(f"need 1 <= k <= n_candidates, got k={k}, n_candidates={n_candidates}")
         if data is None:
             ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
@@ -117,51 +131,17 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
         self.episode: Episode | None = None
         self._stepped = False
 
-    # ------------------------------------------------------------ properties
-    @property
-    def data(self) -> PromptShiftData:
-        return self.engine.data
+    # ------------------------------------------------------------ attributes
+    def __getattr__(self, name: str) -> Any:
+        # Called only when normal lookup fails. `engine` is read from __dict__ so a half-built or
+        # unpickling env (no engine yet) raises AttributeError instead of recursing.
+        engine = self.__dict__.get("engine")
+        if name in ENGINE_ATTRIBUTES and engine is not None:
+            return getattr(engine, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    @property
-    def users(self) -> list[str]:
-        return self.engine.users
-
-    @property
-    def scenarios(self) -> tuple[str, ...]:
-        return self.engine.data.scenarios
-
-    @property
-    def slice_names(self) -> tuple[str, ...]:
-        return self.engine.slice_names
-
-    @property
-    def slice_means(self) -> dict[str, float]:
-        """Slice id -> phi_bar_s over the env's users (what the adaptive reranker B3 needs)."""
-        return self.engine.slice_means
-
-    @property
-    def slice_table(self) -> SliceTable:
-        return self.engine.slice_table
-
-    @property
-    def k(self) -> int:
-        return self.engine.k
-
-    @property
-    def n_candidates(self) -> int:
-        return self.engine.n_candidates
-
-    @property
-    def llm(self) -> LLM:
-        return self.engine.llm
-
-    @property
-    def llm_loaded(self) -> bool:
-        return self.engine.llm_loaded
-
-    @property
-    def token_meter(self) -> TokenMeter | None:
-        return self.engine.token_meter
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *ENGINE_ATTRIBUTES})
 
     @property
     def config(self) -> dict:
@@ -169,24 +149,23 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
 
     # ----------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Observation, dict]:
-        super().reset(seed=seed)
-        options = dict(options or {})
+        super().reset(seed=check_seed(seed))
+        options = check_options(options, ("user_id", "scenario"))
         user, scenario = options.get("user_id"), options.get("scenario")
         if user is None:
             user = self.users[int(self.np_random.integers(len(self.users)))]
         if scenario is None:
-            scenario = self.scenarios[int(self.np_random.integers(len(self.scenarios)))]
-        self.episode = self.engine.episode(str(user), scenario)
+            scenarios = self.data.scenarios
+            scenario = scenarios[int(self.np_random.integers(len(scenarios)))]
+        self.episode = ep = self.engine.episode(str(user), scenario)
         self._stepped = False
-        ep = self.episode
         info = {"user_id": ep.user, "scenario": ep.scenario, "slice_id": ep.slice_id,
                 "cue_titles": list(ep.cue.titles), "cue_item_ids": list(ep.cue.item_ids),
                 "history_item_ids": self.data.history(ep.user), "mainstreamness": ep.mainstreamness,
                 "scenario_mainstreamness": ep.scenario_mainstreamness, "tokens": dict(ep.usage)}
-        return self._observation(), info
+        return self._observation(ep), info
 
-    def _observation(self) -> Observation:
-        ep = self.episode
+    def _observation(self, ep: Episode) -> Observation:
         candidates = self.engine.candidate_slots(ep)
         filled = int((candidates != EMPTY_SLOT).sum())
         ranks = np.zeros(self.n_candidates, dtype=np.int64)
@@ -203,13 +182,12 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
         action = action.astype(np.float64)
         if not np.all(np.isfinite(action)):
             raise ConfigError("action scores must be finite")
-        filled = min(len(self.episode.cue.item_ids), self.n_candidates)
+        episode = check_reset(self.episode, "order_from_action")
+        filled = min(len(episode.cue.item_ids), self.n_candidates)
         return sorted(range(filled), key=lambda s: (-action[s], s))
 
     def step(self, action: np.ndarray) -> tuple[Observation, float, bool, bool, dict]:
-        if self.episode is None or self._stepped:
-            raise RuntimeError("call reset() before step()")
-        ep = self.episode
+        ep = check_reset(self.episode, "step", ended=self._stepped)
         order = self.order_from_action(action)
         metrics = self.engine.evaluate(ep, order)
         if self.reward_kind == "slice_shift":
@@ -227,14 +205,12 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
             "user_id": ep.user, "scenario": ep.scenario, "slice_id": ep.slice_id,
         }
         self._stepped = True
-        return self._observation(), float(reward), True, False, info
+        return self._observation(ep), float(reward), True, False, info
 
     def render(self) -> str | None:
         if self.render_mode is None:
             return None
-        if self.episode is None:
-            return ""
-        ep = self.episode
+        ep = check_reset(self.episode, "render")
         lines = [f"user {ep.user} | {ep.scenario}: {ep.slice_id}"]
         for n, (title, iid) in enumerate(zip(ep.cue.titles, ep.cue.item_ids), 1):
             lines.append(f"{n:2d}. {title}" + (f"  [{iid}]" if iid is not None else "  [unmatched]"))

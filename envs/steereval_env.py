@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from gymnasium import spaces
 
-from ctrlsim.backends import LLM, load_llm
+from ctrlsim.backends import LLM, check_llm_argument, resolve_llm
 from ctrlsim.data import Dataset, load_dataset
 from ctrlsim.errors import ConfigError, DataError, InvalidAction
 from ctrlsim.metrics.steereval import steereval_figures
@@ -37,6 +37,8 @@ from ctrlsim.recommenders import UserState
 from ctrlsim.recommenders.nl_profile import NLProfileRecommender
 from ctrlsim.recommenders.prompts import item_description
 from ctrlsim.seeding import derive_rng
+
+from .checks import check_options, check_positive_int, check_render_mode, check_reset, check_seed
 
 DIRECTIONS = ("increase", "decrease")
 PROFILE_CHARSET = string.printable  # observations/actions are ASCII-normalised text
@@ -66,6 +68,13 @@ def eligible_users(ds: Dataset, min_ratings: int = 100) -> list[str]:
     return sorted(counts[counts >= min_ratings].index, key=lambda u: (len(u), u))
 
 
+def _check_pool_size(pool_size: object) -> int:
+    size = check_positive_int("pool_size", pool_size)
+    if size < 2 or size % 2:  # half the pool is relevant to the tag, half is not
+        raise ConfigError(f"pool_size must be an even number >= 2, got {pool_size}")
+    return size
+
+
 def build_scenario(ds: Dataset, user_id: str, tag: str, direction: str, *, pool_size: int = 100,
                    history_len: int = 50, tag_kind: str | None = None,
                    items: frozenset[str] | set[str] | None = None) -> Scenario | None:
@@ -77,8 +86,7 @@ def build_scenario(ds: Dataset, user_id: str, tag: str, direction: str, *, pool_
     """
     if direction not in DIRECTIONS:
         raise ConfigError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-    if pool_size < 2 or pool_size % 2:
-        raise ConfigError(f"pool_size must be an even number >= 2, got {pool_size}")
+    _check_pool_size(pool_size)
     full = ds.history(user_id)
     rated = set(full["item_id"])
     hist = full if items is None else full[full["item_id"].isin(items)]
@@ -182,7 +190,9 @@ class SteerEvalEnv(gym.Env[dict, str]):
     leaks relevance, a named variant only); tag_phrases (tag -> the phrase the
     templates use, e.g. a renamed trigger); items (the catalogue items scenarios
     may use, e.g. those with a description).
-    Render: mode "ansi" returns a one-line summary; without a mode, None.
+    Render: mode "ansi" returns a one-line summary of the current (or just finished)
+    scenario; without a mode, None. Stepping before `reset`, or again after the one step,
+    and rendering before the first `reset` raise `ResetNeededError`.
     The LLM loads on first use (construction is cheap).
     """
 
@@ -194,9 +204,11 @@ class SteerEvalEnv(gym.Env[dict, str]):
                  tags: Sequence[str] | None = None, tag_phrases: Mapping[str, str] | None = None,
                  items: Sequence[str] | None = None, pool_size: int = 100, history_len: int = 50,
                  min_ratings: int = 100, k: int = 10, tie_seed: int = 0, render_mode: str | None = None):
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(f"render_mode must be None or one of {self.metadata['render_modes']}, "
-                              f"got {render_mode!r}")
+        check_render_mode(render_mode, self.metadata)
+        pool_size = _check_pool_size(pool_size)
+        history_len = check_positive_int("history_len", history_len)
+        min_ratings = check_positive_int("min_ratings", min_ratings)
+        k = check_positive_int("k", k)
         self.dataset = load_dataset(dataset) if isinstance(dataset, str) else dataset
         self.tags = list(tags) if tags is not None else [t for t in self.dataset.tags if t not in NON_TAGS]
         if not self.tags:
@@ -211,7 +223,7 @@ class SteerEvalEnv(gym.Env[dict, str]):
             raise DataError(f"no user of {self.dataset.name} has >= {min_ratings} ratings")
         self.pool_size, self.history_len, self.k, self.oracle = pool_size, history_len, k, oracle
         self.tie_seed = tie_seed
-        self._llm_spec = llm
+        self._llm_spec = check_llm_argument(llm)
         self._llm: LLM | None = None
         self.recommender_options: dict[str, Any] = {
             "ranker": ranker, "encoder": encoder, "profile_style": profile_style, "rating": rating,
@@ -226,7 +238,8 @@ class SteerEvalEnv(gym.Env[dict, str]):
             "direction": spaces.Discrete(2),
         })
         self.action_space = spaces.Text(max_length=MAX_PROFILE_CHARS, min_length=0, charset=PROFILE_CHARSET)
-        self.scenario: Scenario | None = None
+        self.scenario: Scenario | None = None  # the current episode's, kept after its step for render
+        self._stepped = False
 
     @property
     def config(self) -> dict:
@@ -238,8 +251,7 @@ class SteerEvalEnv(gym.Env[dict, str]):
     @property
     def llm(self) -> LLM:
         if self._llm is None:
-            spec = self._llm_spec
-            self._llm = load_llm(spec) if isinstance(spec, str) else spec
+            self._llm = resolve_llm(self._llm_spec)
         return self._llm
 
     def recommender(self, tag: str | None = None) -> NLProfileRecommender:
@@ -297,13 +309,13 @@ class SteerEvalEnv(gym.Env[dict, str]):
         return self._original_rankings[key]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        super().reset(seed=seed)
-        sc = (options or {}).get("scenario") or self.sample_scenario()
+        super().reset(seed=check_seed(seed))
+        sc = check_options(options, ("scenario",)).get("scenario") or self.sample_scenario()
         if not isinstance(sc, Scenario):
             raise ConfigError(f"options['scenario'] must be a Scenario, got {type(sc).__name__}")
         if sc.tag not in self.tags:
             raise ConfigError(f"scenario tag {sc.tag!r} is not one of this env's tags")
-        self.scenario = sc
+        self.scenario, self._stepped = sc, False
         profile = self.original_profile(sc)
         obs = {"profile": profile, "tag": self.tags.index(sc.tag),
                "direction": DIRECTIONS.index(sc.direction)}
@@ -313,8 +325,7 @@ class SteerEvalEnv(gym.Env[dict, str]):
         return obs, info
 
     def step(self, action: str) -> tuple[dict, float, bool, bool, dict]:
-        if self.scenario is None:
-            raise RuntimeError("call reset() before step()")
+        sc = check_reset(self.scenario, "step", ended=self._stepped)
         if not isinstance(action, str):
             raise InvalidAction(f"the action is the steered profile text, got {type(action).__name__}")
         if not self.action_space.contains(action):
@@ -323,7 +334,6 @@ class SteerEvalEnv(gym.Env[dict, str]):
                 else f"characters outside the action charset: {bad!r}"
             raise InvalidAction(f"steered profile is not in the action space: {why}; "
                                 "to_observation_text() makes free text valid")
-        sc = self.scenario
         original = self.original_profile(sc)
         before = self.original_ranking(sc)
         after = self.rank(action, sc)
@@ -331,13 +341,12 @@ class SteerEvalEnv(gym.Env[dict, str]):
         info["edit_problems"] = edit_problems(original, action, self.tag_phrase(sc.tag))
         info["steered_profile"] = action
         reward = info["delta_auc"] if sc.direction == "increase" else -info["delta_auc"]
-        self.scenario = None
+        self._stepped = True
         obs = {"profile": action, "tag": self.tags.index(sc.tag), "direction": DIRECTIONS.index(sc.direction)}
         return obs, float(reward), True, False, info
 
     def render(self) -> str | None:
         if self.render_mode is None:
             return None
-        sc = self.scenario
-        return "no scenario (call reset)" if sc is None else \
-            f"user {sc.user_id}: {sc.direction} {sc.tag!r} over {len(sc.pool)} items"
+        sc = check_reset(self.scenario, "render")
+        return f"user {sc.user_id}: {sc.direction} {sc.tag!r} over {len(sc.pool)} items"

@@ -25,6 +25,7 @@ from ctrlsim.backends.bundled import BUNDLED_ENCODERS, bundled_encoder_path, cac
 from ctrlsim.backends.cache import SqliteStore
 from ctrlsim.backends.hub import resolve_model
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelNotFoundError
+from ctrlsim.lazy import lazy
 
 BGE_QUERY = "Represent this sentence for searching relevant passages: "
 
@@ -74,7 +75,6 @@ class Encoder(ABC):
         self.name, self.spec = name, spec
         self.threads, self.batch_size = threads, batch_size
         self._memory: dict[str, np.ndarray] = {}
-        self._model = None
         self._disk = None
         if cache:
             slug = hashlib.sha256(self.cache_identity().encode()).hexdigest()[:16]
@@ -92,13 +92,12 @@ class Encoder(ABC):
     @property
     def loaded(self) -> bool:
         """Whether the weights are in memory (they load on the first text the caches cannot answer)."""
-        return self._model is not None
+        return Encoder.model.is_loaded(self)
 
-    @property
+    @lazy
     def model(self):
-        if self._model is None:
-            self._model = self._load()
-        return self._model
+        """The weights, loaded on the first text neither cache has."""
+        return self._load()
 
     @abstractmethod
     def _load(self):
@@ -184,8 +183,7 @@ class TransformersEncoder(Encoder):
 
     @property
     def tokenizer(self):
-        if self._tokenizer is None:
-            self._model = self._load()  # loads both
+        self.model  # noqa: B018 - `_load` reads the tokenizer with the weights
         return self._tokenizer
 
     def _load(self):

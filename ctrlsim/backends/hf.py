@@ -14,6 +14,7 @@ from ctrlsim.backends._torch import default_device, import_torch, torch_threads
 from ctrlsim.backends.hub import resolve_model
 from ctrlsim.backends.llm import LLM, Completion, Conversation, DigitScores, GenerationParams, digit_token_ids
 from ctrlsim.errors import MissingDependencyError, ModelError, ModelNotFoundError
+from ctrlsim.lazy import lazy
 
 
 def _import_transformers():
@@ -38,30 +39,23 @@ class TransformersLLM(LLM):
         self.source = {"model": str(model), **extra}
         # Where the weights are is checked now (cheap); they load on the first cache miss.
         self._local = resolve_model(str(model), offline_default="qwen2.5-1.5b (llama.cpp)")
-        self._tokenizer = self._model = None
 
     @property
     def loaded(self) -> bool:
         """Whether the weights are in memory (they load on the first uncached call)."""
-        return self._model is not None
+        return TransformersLLM._weights.is_loaded(self)
 
     @property
     def tokenizer(self):
-        if self._tokenizer is None:
-            self._load()
-        return self._tokenizer
+        return self._weights[0]
 
     @property
     def model(self):
-        if self._model is None:
-            self._load()
-        return self._model
+        return self._weights[1]
 
-    def _ensure_loaded(self) -> None:
-        if self._model is None:
-            self._load()
-
-    def _load(self) -> None:
+    @lazy
+    def _weights(self) -> tuple:
+        """(tokenizer, model), loaded together on the first uncached call."""
         transformers = _import_transformers()
         torch = import_torch()
         extra = {k: v for k, v in self.source.items() if k != "model"}
@@ -82,7 +76,7 @@ class TransformersLLM(LLM):
         if not getattr(tokenizer, "chat_template", None):
             raise ModelError(f"{model} has no chat template; it is not a chat model")
         self._digit_ids = digit_token_ids(lambda t: tokenizer.encode(t, add_special_tokens=False))
-        self._tokenizer, self._model = tokenizer, weights
+        return tokenizer, weights
 
     @property
     def identity(self) -> dict:
@@ -127,7 +121,7 @@ class TransformersLLM(LLM):
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
         torch = import_torch()
-        self._ensure_loaded()  # the digit ids come with the tokenizer
+        self._weights  # noqa: B018 - loads the model: the digit ids come with its tokenizer
         texts = [self.render(c, prefix) for c in conversations]
         out: list[DigitScores] = []
         with torch_threads(self.threads), torch.inference_mode():

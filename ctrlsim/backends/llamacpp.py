@@ -28,7 +28,8 @@ from ctrlsim.backends.llm import (
     digit_logprobs_from_logits,
     digit_token_ids,
 )
-from ctrlsim.errors import ConfigError, MissingDependencyError, ModelError
+from ctrlsim.errors import ConfigError, MissingDependencyError, ModelError, PromptTooLongError
+from ctrlsim.lazy import lazy
 
 
 def _release(resources: list) -> None:
@@ -70,7 +71,6 @@ class LlamaCppLLM(LLM):
         self.n_gpu_layers = n_gpu_layers  # -1: every layer on the GPU (needs a GPU build of llama.cpp)
         # Cells for all parallel sequences together; never less than one full sequential context.
         self.parallel_ctx = max(parallel_ctx or 2 * n_ctx, n_ctx)
-        self._model = None  # the llama_cpp.Llama, loaded by `_load`
         self._parallel = None  # the ParallelContext, created on first parallel use
         # What is open, in the order it was opened; closed by `close()` or, at the latest, at interpreter
         # exit while llama_cpp's module is still intact (its own __del__ then would find it half torn down).
@@ -94,15 +94,11 @@ class LlamaCppLLM(LLM):
     @property
     def loaded(self) -> bool:
         """Whether the weights are in memory (they load on the first uncached call)."""
-        return self._model is not None
+        return LlamaCppLLM._llm.is_loaded(self)
 
-    @property
+    @lazy
     def _llm(self):
-        if self._model is None:
-            self._load()
-        return self._model
-
-    def _load(self) -> None:
+        """The llama_cpp.Llama, loaded on the first uncached call."""
         llama_cpp, formatter_cls = _import_llama_cpp()
         if self.n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
             # llama.cpp would silently run on the CPU; a GPU run asked for is a setup error.
@@ -127,8 +123,8 @@ class LlamaCppLLM(LLM):
         bos = llm.detokenize([bos_id], special=True).decode("utf-8", "ignore") if bos_id >= 0 else ""
         self._formatter = formatter_cls(template=template, eos_token=eos, bos_token=bos)
         self._digit_ids = digit_token_ids(lambda t: llm.tokenize(t.encode(), add_bos=False, special=False))
-        self._model = llm
         self._open.append(llm)
+        return llm
 
     def _parallel_context(self):
         """The parallel-sequence context for `n_parallel` workers (rebuilt if that setting changed)."""
@@ -159,8 +155,8 @@ class LlamaCppLLM(LLM):
     def tokenize(self, text: str) -> list[int]:
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
         if len(tokens) >= self.n_ctx:
-            raise ConfigError(f"prompt of {len(tokens)} tokens does not fit the context of {self.n_ctx}; "
-                              "raise n_ctx or shorten the prompt")
+            raise PromptTooLongError(f"prompt of {len(tokens)} tokens does not fit the context of "
+                                     f"{self.n_ctx}; raise n_ctx or shorten the prompt")
         return tokens
 
     def grammar_for(self, schema_text: str):
@@ -252,8 +248,8 @@ class LlamaCppLLM(LLM):
 
     def reset_kv(self) -> None:
         """Forget every evaluated prompt (benchmarks use it to time a cold prefix)."""
-        if self._model is not None:
-            self._model.reset()
+        if self.loaded:
+            self._llm.reset()
         if self._parallel is not None:
             self._parallel.reset()
 
@@ -261,4 +257,4 @@ class LlamaCppLLM(LLM):
         """Free the context(s) and the weights; the next uncached call loads them again."""
         _release(self._open)
         self._parallel = None
-        self._model = None
+        LlamaCppLLM._llm.discard(self)

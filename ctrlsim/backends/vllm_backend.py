@@ -19,6 +19,7 @@ from ctrlsim.backends.llm import (
     digit_token_ids,
 )
 from ctrlsim.errors import MissingDependencyError, ModelError
+from ctrlsim.lazy import lazy
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -62,25 +63,23 @@ class VLLMLLM(LLM):
         self._engine_options = {"model": model, "enable_prefix_caching": True, "seed": seed,
                                 "gpu_memory_utilization": gpu_memory_utilization,
                                 "max_model_len": max_model_len}
-        self._engine = None  # started on the first call the response cache cannot answer
 
     @property
     def loaded(self) -> bool:
-        return self._engine is not None
+        return VLLMLLM.engine.is_loaded(self)
 
-    @property
+    @lazy
     def engine(self):
-        if self._engine is None:
-            from vllm import LLM as Engine
+        """The vLLM engine, started on the first call the response cache cannot answer."""
+        from vllm import LLM as Engine
 
-            try:
-                engine = Engine(**self._engine_options)
-            except (OSError, ValueError, RuntimeError) as exc:
-                raise ModelError(f"vLLM could not load {self._engine_options['model']!r}: {exc}") from exc
-            self.tokenizer = engine.get_tokenizer()
-            self._digit_ids = digit_token_ids(lambda t: self.tokenizer.encode(t, add_special_tokens=False))
-            self._engine = engine
-        return self._engine
+        try:
+            engine = Engine(**self._engine_options)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ModelError(f"vLLM could not load {self._engine_options['model']!r}: {exc}") from exc
+        self.tokenizer = engine.get_tokenizer()
+        self._digit_ids = digit_token_ids(lambda t: self.tokenizer.encode(t, add_special_tokens=False))
+        return engine
 
     def render(self, conversation: Conversation, assistant_prefix: str = "") -> str:
         self.engine.get_tokenizer()  # starts the engine: the chat template comes with its tokenizer

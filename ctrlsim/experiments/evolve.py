@@ -18,15 +18,11 @@ result on any black box with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import RunOptions, check_choice, check_choices, check_range
+from ctrlsim.experiments.evolve_fusion import ExecutorFusion, FusionUnitConfig, fuse_cluster_unit  # noqa: F401
 from ctrlsim.experiments.runner import RunContext, Runner
-
-if TYPE_CHECKING:  # the executor module is imported lazily at run time
-    from ctrlsim.experiments.executor import Executor
 
 DEFAULT_OUT = "results/evolve"
 K_RULES = ("halve", "silhouette")
@@ -164,79 +160,12 @@ def _check_inputs(config: EvolveConfig, dataset) -> set[str]:
     return {i for t in config.target for i in dataset.items_with_tag(t)}
 
 
-@dataclass(frozen=True)
-class FusionUnitConfig:
-    """What a worker needs to debate and merge one cluster: models by spec, the generation's job."""
-
-    llm: str
-    dataset: str
-    cache: str | None  # the run folder's response cache (absolute), shared by driver and workers
-    job: object  # ctrlsim.agents.evolution.cluster_unit.FusionJob
-
-
-def fuse_cluster_unit(config: FusionUnitConfig, key: str) -> dict:
-    """Unit of work: one evolution cluster's debate and merge (key "fusion/g<g>/cluster-<c>").
-
-    The LLM and the dataset are loaded once per worker process. The response cache is SQLite,
-    which takes concurrent readers and writers on one machine, so workers that see the run
-    folder share the driver's cache file; a worker on a node without it runs uncached (seeded
-    replies are the same, only paid again).
-    """
-    from ctrlsim.agents.evolution.cluster_unit import FusionJob, fuse_cluster
-    from ctrlsim.backends import load_llm
-    from ctrlsim.data import load_dataset
-    from ctrlsim.experiments.executor import worker_cache
-
-    cache = config.cache if config.cache and Path(config.cache).parent.is_dir() else None
-    llm = worker_cache(f"llm:{config.llm}|cache:{cache}", lambda: load_llm(config.llm, cache=cache))
-    dataset = worker_cache(f"dataset:{config.dataset}", lambda: load_dataset(config.dataset))
-    return fuse_cluster(llm, dataset, config.job, FusionJob.cluster_of(key))
-
-
-class ExecutorFusion:
-    """`EvolutionLoop.fuse_elsewhere` on an executor: cluster units run there, the driver stores
-    their records (a rerun skips the clusters already stored) and the loop writes the artefacts."""
-
-    def __init__(self, config: EvolveConfig, options: RunOptions, folder, *, show_progress: bool):
-        self.config, self.options, self.folder, self.show_progress = config, options, folder, show_progress
-        self.cache = str(folder.file("llm-cache.sqlite").resolve())
-        self.executor: Executor | None = None
-
-    def __call__(self, job) -> list[dict]:
-        from ctrlsim.experiments.driver import UnitsFailed
-        from ctrlsim.experiments.executor import executor_from_options, is_failure
-
-        store, keys = self.folder.store, job.unit_keys()
-        todo = [k for k in keys if k not in store]
-        failed: dict[str, str] = {}
-
-        def on_record(key: str, record: dict) -> None:
-            if is_failure(record):  # not stored: a rerun retries the cluster
-                failed[key] = record["error"]
-            else:
-                store.add(key, record)
-
-        if todo:
-            if self.executor is None:
-                self.executor = executor_from_options(self.options)
-            unit_config = FusionUnitConfig(self.config.llm, self.config.dataset, self.cache, job)
-            self.executor.run(fuse_cluster_unit, unit_config, todo, on_record,
-                              progress=self.show_progress, desc=f"clusters g{job.generation}")
-        if failed:  # the next phases need every cluster: the run stops here, a rerun retries these
-            raise UnitsFailed(failed)
-        return [store.get(k) for k in keys]
-
-    def close(self) -> None:
-        if self.executor is not None:
-            self.executor.close()
-            self.executor = None
-
-
 def _record_phases(folder, phases: dict) -> None:
     for name, entry in phases.items():
         key = f"phase/{name}"
         if key not in folder.store:
             folder.store.add(key, {"phase": name, **entry})
+
 
 
 
@@ -249,9 +178,8 @@ def _llm_cache_name(spec: str, cache: str) -> str:
 
 
 def _check(ctx: RunContext) -> None:
-    from ctrlsim.data import load_dataset
 
-    ctx.state["target_items"] = _check_inputs(ctx.config, load_dataset(ctx.config.dataset))
+    ctx.state["target_items"] = _check_inputs(ctx.config, _dataset(ctx.config))
 
 
 def _prepare(ctx: RunContext) -> None:
@@ -273,7 +201,6 @@ def _evolve(ctx: RunContext) -> None:
     from ctrlsim.agents import MethodContext, ProfileSettings
     from ctrlsim.agents.evolution import EvolutionLoop, EvolutionSettings
     from ctrlsim.backends import load_llm
-    from ctrlsim.data import load_dataset
     from ctrlsim.envs import make_task
     from ctrlsim.experiments.executor import worker_cache
 
@@ -283,7 +210,7 @@ def _evolve(ctx: RunContext) -> None:
     llm = ctx.resources.get("llm") or load_llm(config.llm, cache=cache)
     # The evaluation units find the same LLM object when they run in this process.
     worker_cache(_llm_cache_name(config.llm, cache), lambda: llm)
-    dataset = load_dataset(config.dataset)
+    dataset = _dataset(config)
     recommender = _recommender(config)
     task = make_task("target-discovery", dataset, target=list(config.target))
     decisions = _decisions(config)
@@ -319,14 +246,20 @@ def _evolve(ctx: RunContext) -> None:
     ctx.state.update(result=result, llm=llm)
 
 
-def _recommender(config: EvolveConfig):
+def _dataset(config: EvolveConfig):
+    """The dataset, once per process: the loop's task and the black box must share one object."""
     from ctrlsim.data import load_dataset
+    from ctrlsim.experiments.executor import worker_cache
+
+    return worker_cache(f"dataset:{config.dataset}", lambda: load_dataset(config.dataset))
+
+
+def _recommender(config: EvolveConfig):
     from ctrlsim.experiments.executor import worker_cache
     from ctrlsim.recommenders import make_recommender
 
     return worker_cache(f"evolve-box:{config.dataset}:{config.recommender}",
-                        lambda: make_recommender(config.recommender, load_dataset(config.dataset),
-                                                 mask_shown=True))
+                        lambda: make_recommender(config.recommender, _dataset(config), mask_shown=True))
 
 
 def _decisions(config: EvolveConfig):

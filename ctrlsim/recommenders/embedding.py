@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ctrlsim.backends import Encoder, load_encoder
+from ctrlsim.backends import Encoder, resolve_encoder
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError, EmptyHistoryError
 from ctrlsim.recommenders.base import Recommender, UserState
@@ -26,7 +26,7 @@ class EmbeddingRecommender(Recommender):
         if not 0.0 <= alpha <= 1.0:
             raise ConfigError(f"alpha must be in [0, 1], got {alpha}")
         self.alpha = alpha
-        self.encoder = load_encoder(encoder) if isinstance(encoder, str) else encoder
+        self.encoder = resolve_encoder(encoder)
         self.item_vectors = self.encoder.encode(dataset.items["text"].tolist())
 
     @property

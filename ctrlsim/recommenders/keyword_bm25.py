@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ctrlsim.backends import LLM, load_llm
+from ctrlsim.backends import LLM, resolve_llm
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError, EmptyHistoryError, LLMOutputError
 from ctrlsim.recommenders.base import Recommender, UserState
@@ -55,7 +55,7 @@ class KeywordBM25Recommender(Recommender):
         super().__init__(dataset, **options)
         if n_keywords < 1 or history_items < 1:
             raise ConfigError("n_keywords and history_items must be >= 1")
-        self.llm = load_llm(llm) if isinstance(llm, str) else llm
+        self.llm = resolve_llm(llm)
         self.n_keywords, self.history_items, self.k1, self.b = n_keywords, history_items, k1, b
         self.search = CatalogueSearch(dataset, k1=k1, b=b)
         self.last_keywords: list[list[str]] = []  # what the LLM wrote for the last batch (for logs)

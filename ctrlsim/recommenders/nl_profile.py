@@ -21,7 +21,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ctrlsim.backends import LLM, Encoder, load_encoder, load_llm
+from ctrlsim.backends import (
+    LLM,
+    Encoder,
+    check_encoder_argument,
+    check_llm_argument,
+    resolve_encoder,
+    resolve_llm,
+)
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError, EmptyHistoryError
 from ctrlsim.recommenders.base import Recommender, UserState
@@ -49,12 +56,12 @@ class NLProfileRecommender(Recommender):
             raise ConfigError(f"profile_style must be one of {sorted(PROFILE_STYLES)}, got {profile_style!r}")
         if rating not in ("digits", "generate"):
             raise ConfigError(f"rating must be 'digits' or 'generate', got {rating!r}")
-        self._llm_spec = llm
+        self._llm_spec = check_llm_argument(llm)
         self._llm: LLM | None = None
         self.ranker, self.profile_style, self.rating = ranker, profile_style, rating
         self.max_history, self.profile_max_tokens, self.seed = max_history, profile_max_tokens, seed
         self.show_tags = bool(show_tags)
-        self._encoder_spec = encoder
+        self._encoder_spec = check_encoder_argument(encoder)
         self._encoder: Encoder | None = None
         self._profiles: dict[tuple, str] = {}
 
@@ -73,15 +80,13 @@ class NLProfileRecommender(Recommender):
     def llm(self) -> LLM:
         """Loaded on first use: the embedding ranker on given profiles needs no LLM."""
         if self._llm is None:
-            spec = self._llm_spec
-            self._llm = load_llm(spec) if isinstance(spec, str) else spec
+            self._llm = resolve_llm(self._llm_spec)
         return self._llm
 
     @property
     def encoder(self) -> Encoder:
         if self._encoder is None:
-            spec = self._encoder_spec
-            self._encoder = load_encoder(spec) if isinstance(spec, str) else spec
+            self._encoder = resolve_encoder(self._encoder_spec)
         return self._encoder
 
     # --------------------------------------------------------------- profiles

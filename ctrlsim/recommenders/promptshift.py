@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ctrlsim.backends import LLM, TokenMeter, load_llm
+from ctrlsim.backends import LLM, TokenMeter, check_llm_argument, resolve_llm
 from ctrlsim.data.matching import MATCH_KINDS, TitleMatcher, normalize_title
 from ctrlsim.data.promptshift import PARTS, PromptShiftData
 from ctrlsim.errors import ConfigError
@@ -159,7 +159,8 @@ class PromptShiftEngine:
         self.matcher = TitleMatcher(data.dataset.items, threshold=match_threshold)
         self.scenario_means = data.scenario_means(self.users)
         self.slice_means = data.slice_means(self.users)
-        self._llm: LLM | None = llm if isinstance(llm, LLM) else None
+        check_llm_argument(llm)
+        self._llm: LLM | None = None if isinstance(llm, str) else llm
         self._llm_spec: str = llm if isinstance(llm, str) else ""
         self._llm_cache = llm_cache
         self.max_tokens, self.temperature, self.llm_seed = max_tokens, float(temperature), llm_seed
@@ -181,7 +182,7 @@ class PromptShiftEngine:
     def llm(self) -> LLM:
         """The LLM, loaded on first use."""
         if self._llm is None:
-            self._llm = load_llm(self._llm_spec, cache=self._llm_cache)
+            self._llm = resolve_llm(self._llm_spec, cache=self._llm_cache)
         return self._llm
 
     @property

@@ -6,7 +6,6 @@ from ctrlsim.agents.profiles import ProfileGenerator
 from ctrlsim.envs import PopulationEnv
 
 from ctrlsim.backends import ResponseCache, TokenMeter
-from ctrlsim.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +101,6 @@ def test_token_keys_survive_a_roster_swap(ml100k, smol, personas, pop_rec):
 
 
 @pytest.mark.llm
-@pytest.mark.xfail(strict=True, raises=ConfigError,
-                   reason="LlamaCppLLM.tokenize (ctrlsim/backends/llamacpp.py) still raises a plain "
-                          "ConfigError for a prompt beyond the context, which fails the unit; it is to raise "
-                          "PromptTooLongError (a ConfigError and a probe failure): then remove this mark")
 def test_a_probe_whose_prompt_is_beyond_the_context_is_dropped_and_the_others_go_on(ml100k, smol, personas,
                                                                                     pop_rec):
     huge = Persona.from_dict({**personas[1].to_dict(), "bio": "noir " * 6000})  # beyond the 4k context

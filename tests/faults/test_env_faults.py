@@ -211,17 +211,27 @@ def test_policy_failures_drop_only_their_probe(pop_rec):
         population.step({"probe_1": {"likes": [0, 0, 0]}, "probe_3": {"likes": [0, 0, 0]}})
 
 
-def test_a_raising_policy_is_dropped_by_the_runner_loop(pop_rec):
+def test_only_a_probes_own_failure_is_dropped_by_the_runner_loop(pop_rec):
+    """An unparseable reply drops that probe (the others go on); any other error fails the unit."""
     from ctrlsim.agents import RandomProbe
 
+    from ctrlsim.errors import LLMOutputError
     from ctrlsim.experiments.probe_run import run_population
+
+    class Unparseable:
+        def act(self, observation, info):
+            raise LLMOutputError("reply was not JSON", "{not json")
 
     class Broken:
         def act(self, observation, info):
-            raise RuntimeError("reply was not JSON")
+            raise RuntimeError("a bug, or a server that went away")
 
     population = PopulationEnv(pop_rec, n_agents=3, budget=4, target="Horror")
-    run_population(population, lambda agent, rng: Broken() if agent == "probe_1" else RandomProbe(rng),
+    run_population(population, lambda agent, rng: Unparseable() if agent == "probe_1" else RandomProbe(rng),
                    seed=0, checkpoints=(4,), show_progress=False)
-    assert population.failures == {"probe_1": "RuntimeError: reply was not JSON"}
+    assert population.failures == {"probe_1": "LLMOutputError: reply was not JSON; reply was: '{not json'"}
     assert all(population.probes[a].rounds == 4 for a in ("probe_0", "probe_2"))
+    population = PopulationEnv(pop_rec, n_agents=3, budget=4, target="Horror")
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_population(population, lambda agent, rng: Broken() if agent == "probe_1" else RandomProbe(rng),
+                       seed=0, checkpoints=(4,), show_progress=False)

@@ -3,10 +3,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from ctrlsim.agents.rerankers import make_reranker
-from ctrlsim.envs.promptshift_env import PromptShiftEnv
+from ctrlsim.envs.promptshift_env import ENGINE_ATTRIBUTES, PromptShiftEnv
 
 from ctrlsim.data.promptshift import PromptShiftData
-from ctrlsim.errors import ConfigError
+from ctrlsim.errors import ConfigError, ResetNeededError
 from ctrlsim.metrics.promptshift import EMPTY_SLOT, UNMATCHED_SLOT
 from ctrlsim.recommenders.llm_lists import HISTORY_ONLY
 
@@ -60,7 +60,7 @@ def test_b0_step_by_hand(hand_env):
     assert info["paraphrase_drifts"] == pytest.approx([0.0, 1.0, 0.5])
     assert info["paraphrase_drift"] == pytest.approx(0.5) and info["delta_d"] == pytest.approx(5 / 24)
     assert info["matches"]["cue:gender_F"]["unmatched"] == 1 and info["tokens"]["episode"]["calls"] == 0
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ResetNeededError, match="episode has ended"):
         hand_env.step(b0(obs))  # single-step episodes
 
 
@@ -87,13 +87,55 @@ def test_actions_and_options_are_checked(hand_env):
 
 def test_render_modes(hand_data, hand_env):
     assert PromptShiftEnv(data=hand_data).render() is None  # no render mode: nothing
-    assert hand_env.render() == ""
+    with pytest.raises(ResetNeededError, match="not been reset"):
+        hand_env.render()
     hand_env.reset(options={"user_id": "u1", "scenario": "gender"})
-    assert hand_env.render().splitlines() == [
-        "user u1 | gender: gender_F", " 1. Bravo (1991)  [i2]", " 2. Echo (1994)  [i5]",
-        " 3. Unknown Film (2001)  [unmatched]", " 4. Foxtrot (1995)  [i6]"]
-    with pytest.raises(ConfigError):
+    cue_list = ["user u1 | gender: gender_F", " 1. Bravo (1991)  [i2]", " 2. Echo (1994)  [i5]",
+                " 3. Unknown Film (2001)  [unmatched]", " 4. Foxtrot (1995)  [i6]"]
+    assert hand_env.render().splitlines() == cue_list
+    hand_env.step(np.zeros(4, dtype=np.float32))
+    assert hand_env.render().splitlines() == cue_list  # the finished episode still renders
+    with pytest.raises(ConfigError, match="render_mode"):
         PromptShiftEnv(data=hand_data, render_mode="human")
+
+
+def test_step_before_reset_is_a_reset_needed_error(hand_env):
+    with pytest.raises(ResetNeededError, match="not been reset"):
+        hand_env.step(np.zeros(4, dtype=np.float32))
+    assert hand_env.episode is None
+
+
+def test_engine_attributes_read_through_the_env(hand_data):
+    env = PromptShiftEnv(data=hand_data, n_candidates=4, k=3, users=["u1"])
+    assert (env.k, env.n_candidates, env.users) == (3, 4, ["u1"])
+    assert env.data is hand_data and env.slice_table is hand_data.table
+    assert env.slice_names == hand_data.slice_names and "gender_F" in env.slice_names
+    assert env.slice_means["gender_F"] == pytest.approx(91 / 120)  # u1 only, as computed above
+    assert env.llm_loaded is False and env.token_meter is None
+    assert set(ENGINE_ATTRIBUTES) <= set(dir(env))
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        env.no_such_thing  # noqa: B018
+    with pytest.raises(AttributeError):
+        env.generator  # noqa: B018 - an engine attribute that is not on the list stays the engine's
+
+
+def test_bad_arguments_are_named(hand_data):
+    with pytest.raises(ConfigError, match="^llm must be"):
+        PromptShiftEnv(llm=42, data=hand_data)
+    with pytest.raises(ConfigError, match="n_candidates"):
+        PromptShiftEnv(data=hand_data, n_candidates=0)
+    with pytest.raises(ConfigError, match="seed"):
+        PromptShiftEnv(data=hand_data).reset(seed=-1)
+
+
+def test_a_duck_typed_llm_is_kept_by_the_engine(hand_data):
+    class Scripted:
+        def chat(self, conversations, **kwargs):
+            raise AssertionError("not called here")
+
+    llm = Scripted()
+    env = PromptShiftEnv(llm, data=hand_data)
+    assert env.llm is llm and env.llm_loaded
 
 
 def test_construction_is_lazy_and_checked(hand_data):

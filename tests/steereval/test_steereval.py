@@ -1,4 +1,5 @@
 
+import numpy as np
 import pandas as pd
 import pytest
 from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend, template_sentence
@@ -12,7 +13,8 @@ from ctrlsim.envs.steereval_env import (
     to_observation_text,
 )
 
-from ctrlsim.errors import ConfigError, InvalidAction
+from ctrlsim.backends import Completion
+from ctrlsim.errors import ConfigError, InvalidAction, ResetNeededError
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +98,8 @@ def test_episode_and_policies(small_env, ml100k, smol):
         sign = 1 if info["direction_name"] == "increase" else -1
         assert reward == pytest.approx(sign * figures["delta_auc"])
         assert isinstance(figures["edit_problems"], list)
-    with pytest.raises(RuntimeError):
-        small_env.step("x")  # the episode ended
+    with pytest.raises(ResetNeededError, match="episode has ended"):
+        small_env.step("x")
 
 
 @pytest.mark.llm
@@ -111,7 +113,8 @@ def test_invalid_actions_and_render_modes(small_env, ml100k):
     with pytest.raises(ConfigError, match="render_mode"):
         SteerEvalEnv(dataset=ml100k, render_mode="human")
     ansi = SteerEvalEnv(dataset=ml100k, render_mode="ansi", tags=["Horror"])
-    assert ansi.render() == "no scenario (call reset)"
+    with pytest.raises(ResetNeededError, match="not been reset"):
+        ansi.render()
 
 
 def test_unknown_tag_is_a_config_error(ml100k):
@@ -125,3 +128,57 @@ def test_scenarios_can_be_restricted_to_described_items(ml100k, scenario):
     assert set(sc.pool) <= items and scenario.history[0] not in sc.history
     hist = [i for i in ml100k.history(sc.user_id)["item_id"] if i in items]
     assert sc.history == tuple(hist[:50]) and sc.next_item == hist[50]
+
+
+class ConstantLLM:
+    """Writes one fixed profile and rates every item 3: no model, every number known in advance."""
+
+    identity = {"runtime": "constant"}
+
+    def __init__(self):
+        self.rated = 0
+
+    def chat(self, conversations, **kwargs):
+        return [Completion("Enjoys films of every kind.", 10, 5) for _ in conversations]
+
+    def rate(self, conversations, **kwargs):
+        self.rated += len(conversations)
+        return np.full(len(conversations), 3.0)
+
+
+def test_episode_lifecycle_raises_reset_needed_error(ml100k):
+    llm = ConstantLLM()
+    env = SteerEvalEnv(dataset=ml100k, llm=llm, pool_size=6, history_len=8, tags=["Horror"],
+                       render_mode="ansi")
+    with pytest.raises(ResetNeededError, match="not been reset"):
+        env.step("Likes horror.")
+    with pytest.raises(ResetNeededError, match="not been reset"):
+        env.render()
+    obs, info = env.reset(seed=0)
+    sc = env.scenario
+    assert obs["profile"] == "Enjoys films of every kind." == info["original_profile"]
+    summary = f"user {sc.user_id}: {sc.direction} 'Horror' over 6 items"
+    assert env.render() == summary
+    _, reward, terminated, _, figures = env.step("Enjoys films of every kind, above all horror.")
+    # Every item scores 3 for both profiles: the rankings are the same seeded tie order, so AUC is unchanged.
+    assert terminated and reward == 0.0 and figures["delta_auc"] == 0.0
+    assert llm.rated == 2 * 6  # the pool rated once for the original profile and once for the steered one
+    assert env.render() == summary  # the finished episode still renders
+    with pytest.raises(ResetNeededError, match="episode has ended"):
+        env.step("again")
+    env.reset(seed=0)
+    assert env.step("Enjoys films of every kind.")[2]  # a new episode steps again
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"llm": 42}, "^llm must be"), ({"pool_size": 7}, "pool_size"), ({"k": 0}, "k must be"),
+    ({"history_len": -1}, "history_len"), ({"render_mode": "human"}, "render_mode"),
+])
+def test_bad_arguments_are_named_before_any_work(ml100k, kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        SteerEvalEnv(dataset=ml100k, **kwargs)
+
+
+def test_reset_checks_its_seed(ml100k):
+    with pytest.raises(ConfigError, match="seed"):
+        SteerEvalEnv(dataset=ml100k, llm=ConstantLLM(), tags=["Horror"]).reset(seed=-1)

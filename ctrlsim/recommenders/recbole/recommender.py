@@ -8,6 +8,7 @@ import numpy as np
 from ctrlsim.backends.bundled import cache_dir
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError, EmptyHistoryError, ModelError
+from ctrlsim.lazy import lazy
 from ctrlsim.recommenders.base import Recommender, UserState
 from ctrlsim.recommenders.recbole.cache import cache_key, load_model, read_meta, save_cache
 from ctrlsim.recommenders.recbole.config import SequentialConfig, positive_int
@@ -52,7 +53,6 @@ class SequentialRecommender(Recommender):
         positive_int("threads", threads)
         self.config = config
         self.threads = int(threads)
-        self._model = None
         self._scorer: Scorer | None = None
         # A complete cache entry is found from RecBole's spelling of the name alone, so a
         # cached model needs neither torch nor RecBole until it scores.
@@ -70,8 +70,8 @@ class SequentialRecommender(Recommender):
         if model_cls is None:
             self.meta = read_meta(self.cache_path, model=self.model_name, config=config)
         else:
-            self._model, state_dict, self.meta = train(dataset, model_cls, config, threads=self.threads,
-                                                       progress=progress)
+            self.model, state_dict, self.meta = train(dataset, model_cls, config, threads=self.threads,
+                                                      progress=progress)
             save_cache(self.cache_path, state_dict, self.meta)
             self._verify_reload(model_cls)
         self._build_index()
@@ -108,18 +108,16 @@ class SequentialRecommender(Recommender):
     @property
     def model_loaded(self) -> bool:
         """Whether the torch model is in memory (it loads on the first call that needs scores)."""
-        return self._model is not None
+        return SequentialRecommender.model.is_loaded(self)
 
-    @property
+    @lazy
     def model(self):
         """The RecBole model (a torch module), loaded from the cache on first access."""
-        if self._model is None:
-            model_cls = resolve_model(self.model_name)
-            if model_cls.__name__ != self.model_name:
-                raise ModelError(f"{self.cache_path}: cached as {self.model_name!r} but RecBole names the "
-                                 f"model {model_cls.__name__!r}")
-            self._model = load_model(self.cache_path, model_cls, self.meta)
-        return self._model
+        model_cls = resolve_model(self.model_name)
+        if model_cls.__name__ != self.model_name:
+            raise ModelError(f"{self.cache_path}: cached as {self.model_name!r} but RecBole names the "
+                             f"model {model_cls.__name__!r}")
+        return load_model(self.cache_path, model_cls, self.meta)
 
     # ---------------------------------------------------------------- scoring
     def _build_index(self) -> None:
@@ -181,7 +179,7 @@ class SequentialRecommender(Recommender):
         rng = np.random.default_rng(0)
         max_len = int(self.meta["model_config"]["MAX_ITEM_LIST_LENGTH"])
         sequences = [rng.integers(1, n_items, size=length) for length in (1, 5, max_len, max_len + 7)]
-        mine = Scorer(self._model, self.meta["model_config"], n_items, self.threads).scores(sequences)
+        mine = Scorer(self.model, self.meta["model_config"], n_items, self.threads).scores(sequences)
         theirs = Scorer(reloaded, self.meta["model_config"], n_items, self.threads).scores(sequences)
         if not np.array_equal(mine, theirs):
             gap = np.nanmax(np.abs(mine[:, 1:] - theirs[:, 1:]))

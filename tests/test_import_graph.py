@@ -1,0 +1,249 @@
+"""The module graph of the installed `ctrlsim` package: no import cycles, reports never import
+runners, and no module over MAX_LINES lines.
+
+The graph is read from the source with `ast` (nothing is imported), over every module the
+package installs: `ctrlsim/`, `envs/` (installed as `ctrlsim.envs`) and `agents/` (installed as
+`ctrlsim.agents`). Edge rules:
+
+- Every `import` and `from ... import` of a `ctrlsim` module counts, at module level and inside
+  functions (a deferred import is still a dependency), except inside `if TYPE_CHECKING:`.
+  Relative imports are resolved against the importing module's package.
+- `import ctrlsim.x.y` names module `ctrlsim.x.y` if it exists, else the nearest package above
+  it that does; `from ctrlsim.x import name` names the submodule `ctrlsim.x.name` when there is
+  one, else `ctrlsim.x` itself.
+- Importing `ctrlsim.x.y` also runs `ctrlsim/x/__init__.py`, but that implicit edge is not added:
+  every submodule would then "depend" on its package, and every eager `__init__` that re-exports
+  its submodules would close a cycle with each of them.
+- A package's function-level imports of its own submodules are dropped: that is the PEP 562
+  pattern (`def __getattr__(name): from .sub import name`), and such an import runs only after
+  the package has finished initialising, so a submodule that reads names from its package is
+  not caught in a half-built one. Module-level imports of its own submodules stay: they run
+  while the package initialises, and a submodule importing it back is a real cycle. (Today
+  this drops `ctrlsim -> ctrlsim.experiments.driver`, the lazy `ctrlsim.run`: without it any
+  module that read `ctrlsim.__version__` would close a cycle through the whole driver.)
+- `importlib.import_module(...)` with a computed name (as `ctrlsim.agents.__getattr__` uses) is
+  not an import statement and is not seen.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# Source folder -> the package name it installs as (pyproject's [tool.setuptools] package-dir).
+ROOTS = {"ctrlsim": REPO / "ctrlsim", "ctrlsim.envs": REPO / "envs", "ctrlsim.agents": REPO / "agents"}
+MAX_LINES = 450
+# The table of runners `ctrlsim <protocol>` dispatches to (cli.py's PROTOCOLS is this table).
+RUNNER_TABLE = (REPO / "ctrlsim" / "experiments" / "runner.py", "RUNNER_MODULES")
+
+
+def runner_modules() -> set[str]:
+    """The modules of the registered runners, read from RUNNER_TABLE's dict literal."""
+    path, name = RUNNER_TABLE
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return set(ast.literal_eval(value).values())
+    raise AssertionError(f"no {name} dict in {path}: where are the runners registered now?")
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: Path
+    is_package: bool
+
+    @property
+    def package(self) -> str:
+        """The package relative imports start from."""
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+
+def package_modules(roots: dict[str, Path] = ROOTS) -> dict[str, Module]:
+    """Installed module name -> its source file, for every .py file under `roots`."""
+    modules: dict[str, Module] = {}
+    for prefix, root in roots.items():
+        for path in sorted(root.rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if "__pycache__" in parts:
+                continue
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts = parts[:-1]
+            name = ".".join([prefix, *parts])
+            # ctrlsim/ holds no envs/ or agents/ folder, so the three roots never claim one name twice.
+            assert name not in modules, f"{name} comes from {modules[name].path} and {path}"
+            modules[name] = Module(name, path, is_package)
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+class _Imports(ast.NodeVisitor):
+    """(import statement, deferred?) for each import outside `if TYPE_CHECKING:` blocks."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+        self._depth = 0  # > 0 inside a function body
+
+    def visit_If(self, node: ast.If) -> None:
+        if _is_type_checking(node.test):
+            for child in node.orelse:  # the `else:` branch runs
+                self.visit(child)
+        else:
+            self.generic_visit(node)
+
+    def _function(self, node: ast.AST) -> None:
+        self._depth += 1
+        self.generic_visit(node)
+        self._depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.found.append((node, self._depth > 0))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self.found.append((node, self._depth > 0))
+
+
+def _existing(name: str, modules: dict[str, Module]) -> str | None:
+    """`name` if it is a module of the package, else the nearest enclosing one (None outside ctrlsim)."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(module: Module, modules: dict[str, Module]) -> list[tuple[str, int, bool]]:
+    """(imported ctrlsim module, line, deferred) for every import in `module`."""
+    collector = _Imports()
+    collector.visit(ast.parse(module.path.read_text(encoding="utf-8"), filename=str(module.path)))
+    out: list[tuple[str, int, bool]] = []
+    for node, deferred in collector.found:
+        if isinstance(node, ast.Import):
+            targets = [_existing(alias.name, modules) for alias in node.names]
+        else:
+            if node.level:
+                base_parts = module.package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            targets = [_existing(f"{base}.{alias.name}", modules) if f"{base}.{alias.name}" in modules
+                       else _existing(base, modules) for alias in node.names]
+        out.extend((t, node.lineno, deferred) for t in targets if t is not None)
+    return out
+
+
+def _own_submodule(package: Module, target: str) -> bool:
+    return package.is_package and target.startswith(package.name + ".")
+
+
+def import_graph(roots: dict[str, Path] = ROOTS) -> nx.DiGraph:
+    """Edges importer -> imported, each with the lines of the imports that make it."""
+    modules = package_modules(roots)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for module in modules.values():
+        for target, line, deferred in imports_of(module, modules):
+            if target == module.name or (deferred and _own_submodule(module, target)):
+                continue  # see the module docstring: a PEP 562 __init__ reaching its own submodules
+            if graph.has_edge(module.name, target):
+                graph.edges[module.name, target]["lines"].append(line)
+            else:
+                graph.add_edge(module.name, target, lines=[line])
+    return graph
+
+
+@pytest.fixture(scope="module")
+def graph() -> nx.DiGraph:
+    return import_graph()
+
+
+def _describe(graph: nx.DiGraph, cycle: list[str]) -> str:
+    hops = zip(cycle, cycle[1:] + cycle[:1])
+    return " -> ".join(f"{a} (line {graph.edges[a, b]['lines'][0]})" for a, b in hops) + f" -> {cycle[0]}"
+
+
+def test_the_graph_reads_what_the_package_imports(graph):
+    """Edges known from the source: an eager `__init__`'s import, a deferred one, a relative
+    one, a name read from a package."""
+    assert graph.has_edge("ctrlsim.backends", "ctrlsim.backends.encoders")          # eager __init__
+    assert graph.has_edge("ctrlsim.backends.specs", "ctrlsim.backends.llamacpp")    # inside load_llm
+    assert graph.has_edge("ctrlsim.envs.probe_env", "ctrlsim.envs.checks")          # from .checks import
+    assert graph.has_edge("ctrlsim.envs.probe_env", "ctrlsim.backends")             # a name of the package
+    assert graph.has_edge("ctrlsim.backends.hf", "ctrlsim.lazy")
+    assert "ctrlsim.envs" in graph and "ctrlsim.agents.evolution.loop" in graph
+
+
+def test_the_edge_rules_on_a_package_written_here(tmp_path):
+    files = {
+        "__init__.py": "def __getattr__(name):\n    from ctrlsim.fake import lazy_target\n    return name\n",
+        "a.py": "from . import b\nimport ctrlsim.fake.c.missing\nimport numpy\n",
+        "b.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ctrlsim.fake import a\n"
+                 "else:\n    from .c import thing\n"),
+        "c.py": "def later():\n    from ctrlsim.fake.b import thing\n",
+        "lazy_target.py": "from ctrlsim.fake import something_public\n",
+        "sub/__init__.py": "from .inner import x\n",
+        "sub/inner.py": "from .. import a\nfrom ctrlsim.fake.sub import y\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    g = import_graph({"ctrlsim.fake": tmp_path})
+    assert sorted(g.edges) == sorted([
+        ("ctrlsim.fake.a", "ctrlsim.fake.b"),             # relative `from . import b`: the submodule
+        ("ctrlsim.fake.a", "ctrlsim.fake.c"),             # c.missing does not exist: its package
+        ("ctrlsim.fake.b", "ctrlsim.fake.c"),             # the else branch of TYPE_CHECKING runs
+        ("ctrlsim.fake.c", "ctrlsim.fake.b"),             # a function-level import counts
+        ("ctrlsim.fake.lazy_target", "ctrlsim.fake"),     # a name, not a submodule: the package
+        ("ctrlsim.fake.sub", "ctrlsim.fake.sub.inner"),   # an eager __init__ keeps its submodules
+        ("ctrlsim.fake.sub.inner", "ctrlsim.fake.a"),     # `from .. import a`
+        ("ctrlsim.fake.sub.inner", "ctrlsim.fake.sub"),
+    ])  # and ctrlsim.fake's PEP 562 import of lazy_target is dropped
+    assert sorted(sorted(c) for c in nx.simple_cycles(g)) == [
+        ["ctrlsim.fake.b", "ctrlsim.fake.c"], ["ctrlsim.fake.sub", "ctrlsim.fake.sub.inner"]]
+
+
+def test_no_import_cycles(graph):
+    cycles = sorted((list(c) for c in nx.simple_cycles(graph)), key=lambda c: (len(c), c))
+    for cycle in cycles:
+        print("import cycle:", _describe(graph, cycle))
+    assert not cycles, f"{len(cycles)} import cycle(s):\n" + "\n".join(_describe(graph, c) for c in cycles)
+
+
+def test_reports_never_import_from_runners(graph):
+    """A report turns stored records into tables; it must not reach back into the runner
+    that wrote them (a report module: a name ending in `_report`, or a module `report`)."""
+    runners = runner_modules()
+    assert {"ctrlsim.experiments.ctrlbench", "ctrlsim.experiments.probe_run"} <= runners
+    assert runners <= set(graph), sorted(runners - set(graph))
+    reports = [m for m in graph if m.endswith("_report") or m.rpartition(".")[2] == "report"]
+    assert reports, "no report module found: the rule below would check nothing"
+    offenders = sorted(f"{m} imports {t} (line {graph.edges[m, t]['lines'][0]})"
+                       for m in reports for t in graph.successors(m) if t in runners)
+    for line in offenders:
+        print("report imports a runner:", line)
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_module_is_over_the_line_limit():
+    sizes = {m.name: len(m.path.read_text(encoding="utf-8").splitlines()) for m in package_modules().values()}
+    over = sorted(((n, name) for name, n in sizes.items() if n > MAX_LINES), reverse=True)
+    for n, name in over:
+        print(f"{name}: {n} lines")
+    assert not over, f"modules over {MAX_LINES} lines: " + ", ".join(f"{name} ({n})" for n, name in over)
