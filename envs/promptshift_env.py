@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from ctrlsim.backends import LLM, check_llm_argument
 from ctrlsim.data import Dataset, load_dataset
-from ctrlsim.data.promptshift import PromptShiftData
+from ctrlsim.data.promptshift import AUTO, PromptShiftData
 from ctrlsim.data.splits import SCENARIOS
 from ctrlsim.errors import ConfigError
 from ctrlsim.metrics.promptshift import EMPTY_SLOT, RHO, UNMATCHED_SLOT
@@ -96,7 +96,7 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
     def __init__(self, llm: str | LLM = DEFAULT_LLM, *, dataset: Dataset | str = "ml-100k",
                  n_candidates: int = 30, k: int = 20, scenarios: Sequence[str] = SCENARIOS,
                  history_len: int = 25,
-                 min_fit_positives: int = 25, positive_threshold: float | None = 4.0,
+                 min_fit_positives: int = 25, positive_threshold: float | str | None = AUTO,
                  users: Sequence[str] | None = None, reward: str = "slice_shift", p: float = 0.9,
                  rho: float = RHO,
                  match_threshold: float = 90.0, max_tokens: int | None = None, temperature: float = 0.0,

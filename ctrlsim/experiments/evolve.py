@@ -200,14 +200,14 @@ def _evolve(ctx: RunContext) -> None:
     --executor ray each cluster's debate and merge is a unit on the workers (`ExecutorFusion`)."""
     from ctrlsim.agents import MethodContext, ProfileSettings
     from ctrlsim.agents.evolution import EvolutionLoop, EvolutionSettings
-    from ctrlsim.backends import load_llm
+    from ctrlsim.backends import resolve_llm
     from ctrlsim.envs import make_task
     from ctrlsim.experiments.executor import worker_cache
 
     config, folder = ctx.config, ctx.folder
     assert folder is not None
     cache = str(folder.file("llm-cache.sqlite").resolve())
-    llm = ctx.resources.get("llm") or load_llm(config.llm, cache=cache)
+    llm = resolve_llm(ctx.resources.get("llm") or config.llm, cache=cache)
     # The evaluation units find the same LLM object when they run in this process.
     worker_cache(_llm_cache_name(config.llm, cache), lambda: llm)
     dataset = _dataset(config)
