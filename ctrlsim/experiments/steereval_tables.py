@@ -50,13 +50,13 @@ from ctrlsim.experiments.steereval_units import (  # noqa: F401 - re-exported: t
     PAPER_CONDITIONS,
     Condition,
     SteerEvalUnit,
-    choose_scenarios,
     llm_cache_name,
     make_env,
     measure_unit,
     prepare_dataset,
     record_key,
     run_steereval_unit,
+    scenarios_for,
 )
 
 
@@ -159,7 +159,7 @@ def _check(ctx: RunContext) -> None:
     """Dataset, tags and scenarios, before any model loads (the scenarios need no model)."""
     config = ctx.config
     data = prepare_dataset(config)
-    scenarios, short = choose_scenarios(make_env(config, data, Condition(), config.llm), data[1], config)
+    scenarios, short = scenarios_for(config, data)
     if not scenarios:
         raise ConfigError(f"no feasible scenario: no user meets the pool quotas at "
                           f"pool_size={config.pool_size} for tags {data[1]}")

@@ -1,6 +1,7 @@
-"""SteerEval's protocol core: conditions, dataset preparation, scenario choice and the unit of work.
+"""SteerEval's units of work: the dataset preparation, the scenario plan and the unit function.
 
-The runner (`steereval_tables`) plans units from these; every executor runs `run_steereval_unit`.
+The protocol itself is `ctrlsim.recommenders.steereval` (scenarios, conditions, the engine); the
+runner (`steereval_tables`) plans units from these, and every executor runs `run_steereval_unit`.
 """
 from __future__ import annotations
 
@@ -8,39 +9,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctrlsim.errors import ConfigError
-from ctrlsim.seeding import derive_rng
+from ctrlsim.recommenders.steereval import (  # noqa: F401 - the conditions are the runner's too
+    CONDITIONS,
+    LLM_WRITTEN,
+    NON_TAGS,
+    PAPER_CONDITIONS,
+    Condition,
+    choose_scenarios,
+)
 
 if TYPE_CHECKING:  # the config type only; the runner module imports this one
     from ctrlsim.experiments.steereval_tables import SteerEvalConfig
 
 
-@dataclass(frozen=True)
-class Condition:
-    ranker: str = "llm"
-    profile_style: str = "paragraph"
-    intervention: str = "template-append"
-    emphasis: str = "default"
-    oracle: bool = False
-    show_tags: bool = False
-
-    @property
-    def env_key(self) -> tuple:
-        return self.ranker, self.profile_style, self.oracle, self.show_tags
-
-
-CONDITIONS = {
-    "default": Condition(),
-    "embedding": Condition(ranker="embedding"),
-    "sentence": Condition(profile_style="sentence"),
-    "llm-append": Condition(intervention="llm-append"),
-    "llm-rewrite": Condition(intervention="llm-rewrite"),
-    "stronger": Condition(emphasis="stronger"),
-    "weaker": Condition(emphasis="weaker"),
-    "oracle": Condition(oracle=True),
-    "tags-visible": Condition(show_tags=True),
-}
-PAPER_CONDITIONS = tuple(c for c in CONDITIONS if c != "tags-visible")
-LLM_WRITTEN = ("llm-append", "llm-rewrite")  # the edits whose refusals drive the Trigger(75) filter
 # ----------------------------------------------------------------------------- preparation
 
 def prepare_dataset(config: SteerEvalConfig):
@@ -48,7 +29,6 @@ def prepare_dataset(config: SteerEvalConfig):
     items scenarios may use. Cheap (no model): every value is checked before any model loads."""
     from ctrlsim.agents.steering import trigger_phrase
     from ctrlsim.data import attach_descriptions, attach_tag_votes, load_dataset
-    from ctrlsim.envs.steereval_env import NON_TAGS
 
     ds = load_dataset(config.dataset)
     if config.descriptions:
@@ -70,29 +50,10 @@ def prepare_dataset(config: SteerEvalConfig):
     return ds, tags, phrases, items
 
 
-def choose_scenarios(env, tags: list[str], config: SteerEvalConfig):
-    """Per tag, the first `users` users (seeded order) whose pool quotas can be met; both directions.
-
-    Returned round-robin over tags (each tag's first user, then each tag's second, ...) so
-    that an interrupted run has results for every tag.
-    """
-    from ctrlsim.envs.steereval_env import DIRECTIONS
-
-    order = derive_rng(config.seed, "steereval-users").permutation(len(env.users))
-    users = [env.users[i] for i in order]
-    per_tag: dict[str, list] = {}
-    for tag in tags:
-        per_tag[tag] = []
-        for user in users:
-            if len(per_tag[tag]) == config.users:
-                break
-            pair = [env.build(user, tag, d) for d in DIRECTIONS]
-            if all(sc is not None for sc in pair):
-                per_tag[tag].append(pair)
-    scenarios = [sc for rank in range(config.users) for tag in tags if rank < len(per_tag[tag])
-                 for sc in per_tag[tag][rank]]
-    short = {tag: len(pairs) for tag, pairs in per_tag.items() if len(pairs) < config.users}
-    return scenarios, short
+def scenarios_for(config: SteerEvalConfig, data: tuple):
+    """(scenarios in unit order, tags short of users) for the config (no model loads)."""
+    engine = make_env(config, data, Condition(), config.llm).engine
+    return choose_scenarios(engine, data[1], config.users, config.seed)
 
 
 def make_env(config: SteerEvalConfig, data: tuple, cond: Condition, model):
@@ -120,9 +81,9 @@ def measure_unit(env, policy, model, cond_name: str, sc, owners: dict[tuple, str
     key = record_key(cond_name, sc)
     meter = model.meter
     marks = [meter.total]
-    env.original_profile(sc)
+    env.engine.original_profile(sc)
     marks.append(meter.total)
-    env.original_ranking(sc)
+    env.engine.original_ranking(sc)
     marks.append(meter.total)
     obs, info = env.reset(options={"scenario": sc})
     steered = to_observation_text(policy.act(obs, info))
@@ -163,7 +124,7 @@ class SteerEvalUnit:
 def _unit_plan(config: SteerEvalConfig) -> tuple[tuple, dict[str, tuple[str, Any]], dict[tuple, str]]:
     """(data, units by record key, shared-work owners), rebuilt on a worker exactly as the driver does."""
     data = prepare_dataset(config)
-    scenarios, _ = choose_scenarios(make_env(config, data, Condition(), config.llm), data[1], config)
+    scenarios, _ = scenarios_for(config, data)
     units = [(cond, sc) for sc in scenarios for cond in config.conditions]
     return data, {record_key(cond, sc): (cond, sc) for cond, sc in units}, shared_work_owners(units)
 
