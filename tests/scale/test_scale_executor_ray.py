@@ -182,3 +182,23 @@ def test_a_run_started_locally_resumes_on_ray_without_recomputing(ray_cluster, t
     lines = (resumed_out / "records.jsonl").read_text().splitlines()
     keys = [json.loads(line)["key"] for line in lines if '"key"' in line]
     assert sorted(keys) == sorted(full) and keys[0] == next(iter(first["records"]))  # nothing recomputed
+
+
+def environment_unit(config, key):
+    """What a worker sees of the driver's settings."""
+    from ctrlsim.backends.bundled import cache_dir
+
+    return {"CTRLSIM_CACHE": os.environ.get("CTRLSIM_CACHE"), "cache_dir": str(cache_dir()), "cwd": os.getcwd()}
+
+
+def test_workers_use_the_drivers_cache_folder_resolved_on_the_driver(ray_cluster, tmp_path, monkeypatch):
+    """A relative $CTRLSIM_CACHE is the driver's folder, made absolute before it travels: a worker
+    started elsewhere resolves nothing against its own working directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTRLSIM_CACHE", "relative-cache")
+    records: dict[str, dict] = {}
+    with make_executor("ray") as executor:
+        executor.run(environment_unit, {}, ["a", "b"], records.__setitem__, progress=False)
+    expected = str(tmp_path / "relative-cache")
+    assert {r["CTRLSIM_CACHE"] for r in records.values()} == {expected}
+    assert {r["cache_dir"] for r in records.values()} == {expected}
