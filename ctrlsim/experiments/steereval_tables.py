@@ -5,8 +5,9 @@ direction) is one `SteerEvalEnv` episode whose figures are appended to the run
 folder's `records.jsonl` as soon as they exist; a rerun with the same config skips
 what is done (the LLM's response cache makes a half-finished unit cheap to redo).
 `tables.md` and `figures/*.png` are rewritten from the records at the end.
-With `--executor ray` each record key is one executor unit (`run_steereval_unit`): workers
-rebuild the scenarios from the config and share the run folder's LLM response cache.
+Each record key is one executor unit (`run_steereval_unit`) whatever the executor: a unit
+rebuilds its scenario from the config and reads the run folder's LLM response cache. The
+protocol itself (scenarios, conditions, the engine) is `ctrlsim.recommenders.steereval`.
 Conditions (the paper's tables in brackets):
 
   default       LLM scoring, paragraph profile, template append     (all tables)
@@ -246,20 +247,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def tables_from_folder(out: str | Path) -> str:
     """The tables of a run folder's records so far (read-only: works while a run is still writing)."""
-    import json
+    from ctrlsim.experiments.store import read_run_records
 
-    from ctrlsim.experiments.config import config_from_dict
-
-    folder = Path(out)
-    config = config_from_dict(SteerEvalConfig, json.loads((folder / "config.json").read_text())["config"])
-    records: dict[str, dict] = {}
-    for line in (folder / "records.jsonl").read_text().splitlines()[1:]:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line torn by an interruption
-            continue
-        if isinstance(row, dict) and "key" in row and "record" in row:
-            records.setdefault(row["key"], row["record"])
+    stored, records = read_run_records(Path(out) / "records.jsonl")
+    config = RUNNER.config_from_identity(stored)
     rows = list(records.values())
     result = {"records": rows, "llm": rows[0]["llm"] if rows else config.llm, "short_tags": {},
               "tokens": token_totals(rows)}
