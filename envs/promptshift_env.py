@@ -1,6 +1,6 @@
 """`PromptShiftEnv`: PromptShift's identity-cue audit as a single-step `gymnasium.Env`.
 
-A thin Gymnasium wrapper over `ctrlsim.recommenders.promptshift.PromptShiftEngine`:
+A thin Gymnasium wrapper over `ctrlsim.recommenders.promptshift.engine.PromptShiftEngine`:
 one episode is one (user, identity-cue scenario) pair of the PromptShift
 protocol (Gan & Dong, sections 3-5); the agent reranks the cue-conditioned
 candidate pool and `step` scores the reranked top K with the paper's metrics.
@@ -15,11 +15,23 @@ from gymnasium import spaces
 
 from ctrlsim.backends import LLM, check_llm_argument
 from ctrlsim.data import Dataset, load_dataset
-from ctrlsim.data.promptshift import AUTO, PromptShiftData
 from ctrlsim.data.splits import SCENARIOS
 from ctrlsim.errors import ConfigError
-from ctrlsim.metrics.promptshift import EMPTY_SLOT, RHO, UNMATCHED_SLOT
-from ctrlsim.recommenders.promptshift import DEFAULT_LLM, Episode, PromptShiftEngine
+from ctrlsim.metrics.promptshift import EMPTY_SLOT, UNMATCHED_SLOT
+from ctrlsim.recommenders.promptshift.data import PromptShiftData
+from ctrlsim.recommenders.promptshift.defaults import (
+    AUTO,
+    DEFAULT_LLM,
+    HISTORY_LEN,
+    MATCH_THRESHOLD,
+    MIN_FIT_POSITIVES,
+    N_CANDIDATES,
+    RBO_P,
+    RHO,
+    TEMPERATURE,
+    K,
+)
+from ctrlsim.recommenders.promptshift.engine import Episode, PromptShiftEngine
 
 from .checks import check_options, check_positive_int, check_render_mode, check_reset, check_seed
 
@@ -55,7 +67,7 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
 
     Action: Box([-1, 1], N) - a score per candidate slot. The env ranks the
     non-empty slots by descending score, ties by original rank, and keeps the
-    top K (a reranking policy; `ctrlsim.agents.rerankers` implements B0-B3).
+    top K (a reranking policy; `ctrlsim.recommenders.promptshift.rerankers` implements B0-B3).
 
     Reward: -|SliceShift| of the reranked top K (reward="slice_shift", default:
     the paper's goal is SliceShift -> 0 without any use of held-out data), or
@@ -94,12 +106,12 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(self, llm: str | LLM = DEFAULT_LLM, *, dataset: Dataset | str = "ml-100k",
-                 n_candidates: int = 30, k: int = 20, scenarios: Sequence[str] = SCENARIOS,
-                 history_len: int = 25,
-                 min_fit_positives: int = 25, positive_threshold: float | str | None = AUTO,
-                 users: Sequence[str] | None = None, reward: str = "slice_shift", p: float = 0.9,
-                 rho: float = RHO,
-                 match_threshold: float = 90.0, max_tokens: int | None = None, temperature: float = 0.0,
+                 n_candidates: int = N_CANDIDATES, k: int = K, scenarios: Sequence[str] = SCENARIOS,
+                 history_len: int = HISTORY_LEN, min_fit_positives: int = MIN_FIT_POSITIVES,
+                 positive_threshold: float | str | None = AUTO, users: Sequence[str] | None = None,
+                 reward: str = "slice_shift", p: float = RBO_P, rho: float = RHO,
+                 match_threshold: float = MATCH_THRESHOLD, max_tokens: int | None = None,
+                 temperature: float = TEMPERATURE,
                  llm_seed: int | None = None, llm_cache: str | None = None, domain: str | None = None,
                  exclude_history: bool = False, data: PromptShiftData | None = None,
                  render_mode: str | None = None):
@@ -161,7 +173,7 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
         self._stepped = False
         info = {"user_id": ep.user, "scenario": ep.scenario, "slice_id": ep.slice_id,
                 "cue_titles": list(ep.cue.titles), "cue_item_ids": list(ep.cue.item_ids),
-                "history_item_ids": self.data.history(ep.user), "mainstreamness": ep.mainstreamness,
+                "history_item_ids": list(ep.profile.history), "mainstreamness": ep.mainstreamness,
                 "scenario_mainstreamness": ep.scenario_mainstreamness, "tokens": dict(ep.usage)}
         return self._observation(ep), info
 

@@ -1,10 +1,8 @@
-"""PromptShift's tables and figures from stored lists: validation selection, test metrics, Tables 4-6.
+"""PromptShift's Tables 4-6 and figures from per-user test records (no LLM call, no selection).
 
-Everything here works on lists already generated (no LLM call): the engine
-matches them to the catalogue, the rerankers B0-B3 reorder each cued pool, and
-`ctrlsim.metrics.promptshift.evaluate_ranking` scores it. The matching
-threshold and B3's parameters are chosen on the validation positives and frozen
-before the test positives are read once (section 5.1).
+The records come from `ctrlsim.recommenders.promptshift.selection.validate_then_test`
+(validation selection, then the test positives read once); this module only
+averages them the paper's way, adds our t-tests, and formats tables and figures.
 """
 from __future__ import annotations
 
@@ -14,102 +12,12 @@ from typing import Mapping, Sequence
 import numpy as np
 from tabulate import tabulate
 
-from ctrlsim.agents.rerankers import (
-    PAPER_PARAMS,
-    PARAM_GRID,
-    VARIANTS,
-    RerankParams,
-    make_reranker,
-    select_params,
-)
 from ctrlsim.metrics import paired_t_test
-from ctrlsim.recommenders.llm_lists import HISTORY_ONLY, PARAPHRASE_CONDITIONS, PromptCondition
-from ctrlsim.recommenders.promptshift import PromptShiftEngine
+from ctrlsim.recommenders.promptshift.rerankers import VARIANTS
+from ctrlsim.recommenders.promptshift.selection import metric_names
 
-# Fuzzy title-matching thresholds tried on validation (rapidfuzz scores; 100 is exact matching only).
-MATCH_THRESHOLDS = (80.0, 85.0, 90.0, 95.0, 100.0)
 VARIANT_LABELS = {"B0": "Original", "B1": "All-user-fixed", "B2": "Slice-fixed", "B3": "PromptShift"}
 DATASET_LABELS = {"ml-100k": "MovieLens 100K", "ml-1m": "MovieLens 1M", "lastfm-1k": "Last.fm 1K"}
-
-
-def metric_names(k: int) -> list[str]:
-    return ["drift", "slice_shift", f"difficulty@{k}", f"hit_rate@{k}", f"mrr@{k}", f"ndcg@{k}"]
-
-
-def user_conditions(engine: PromptShiftEngine, user: str) -> list[PromptCondition]:
-    """Every prompt condition a user runs: L^0, P1-P3 and one cue per scenario."""
-    cues = [PromptCondition("history", engine.data.slice_of(user, s)) for s in engine.data.scenarios]
-    return [HISTORY_ONLY, *PARAPHRASE_CONDITIONS, *cues]
-
-
-# ------------------------------------------------------------------- selection
-def select_match_threshold(engine: PromptShiftEngine, users: Sequence[str],
-                           thresholds: Sequence[float] = MATCH_THRESHOLDS) -> tuple[float, list[dict]]:
-    """The fuzzy threshold whose matched lists hit the most validation positives; ties: the strictest.
-
-    A looser threshold matches more titles, but a wrong match almost never is
-    one of the user's held-out validation items, so it is chosen only when its
-    extra matches hit validation positives. The engine is left on the choice.
-    """
-    rows = []
-    for t in thresholds:
-        engine.set_match_threshold(t)
-        hits = matched = total = 0
-        for user in users:
-            relevant = engine.data.positives(user, "valid")
-            lists, _ = engine.lists_for(user, user_conditions(engine, user))
-            for cand in lists:
-                ids = {i for i in cand.item_ids if i is not None}
-                hits += len(ids & relevant)
-                matched += len(ids)
-                total += len(cand.item_ids)
-        rows.append({"threshold": float(t), "validation_hits": hits, "matched": matched, "titles": total})
-    best = max(rows, key=lambda r: (r["validation_hits"], r["threshold"]))
-    engine.set_match_threshold(best["threshold"])
-    return best["threshold"], rows
-
-
-def rerankers(engine: PromptShiftEngine, params: RerankParams, b3_params: RerankParams | None = None) -> dict:
-    """B0-B3; `b3_params` (validation-selected) replace `params` for B3 only."""
-    kw = {"slice_names": engine.slice_names, "slice_means": engine.slice_means}
-    return {v: make_reranker(v, engine.slice_table, params=b3_params if v == "B3" and b3_params else params,
-                             **kw) for v in VARIANTS}
-
-
-def evaluate_users(engine: PromptShiftEngine, users: Sequence[str], reranker_set: Mapping,
-                   part: str) -> list[dict]:
-    """One record per (user, scenario): B0-B3 metrics against `part`'s positives, and the prompt effect."""
-    out = []
-    for user in users:
-        history = engine.history_slots(user)
-        for scenario in engine.data.scenarios:
-            ep = engine.episode(user, scenario)
-            cands = engine.candidate_slots(ep)
-            metrics = {v: engine.evaluate(ep, r.order(cands, ep.slice_id, history), part=part)
-                       for v, r in reranker_set.items()}
-            out.append({"user": user, "scenario": scenario, "slice": ep.slice_id,
-                        "mainstreamness": ep.mainstreamness, "metrics": metrics,
-                        "prompt_effect": engine.prompt_effect(ep),
-                        "matches": {c.condition: c.counts() for c in ep.lists}})
-    return out
-
-
-def select_b3_params(engine: PromptShiftEngine, users: Sequence[str], params: RerankParams,
-                     k: int) -> tuple[RerankParams, dict]:
-    """B3's parameters chosen on validation positives over `PARAM_GRID` (see `select_params`)."""
-    names = metric_names(k)
-    base = evaluate_users(engine, users, rerankers(engine, params), "valid")
-    baseline = {m: float(np.mean([r["metrics"]["B0"][m] for r in base])) for m in names}
-
-    def evaluate(point: RerankParams) -> dict:
-        recs = evaluate_users(engine, users, {"B3": make_reranker("B3", engine.slice_table, params=point,
-                                                                  slice_names=engine.slice_names,
-                                                                  slice_means=engine.slice_means)}, "valid")
-        return {m: float(np.mean([r["metrics"]["B3"][m] for r in recs])) for m in names}
-
-    chosen, grid = select_params(evaluate, baseline, grid=PARAM_GRID, k=k, base=params)
-    return chosen, {"chosen": chosen.to_dict(), "paper": PAPER_PARAMS.to_dict(), "grid": grid,
-                    "validation_baseline": baseline}
 
 
 # ------------------------------------------------------------------- summaries
@@ -281,6 +189,5 @@ def figures(result: Mapping) -> dict:
     return out
 
 
-__all__ = ["DATASET_LABELS", "MATCH_THRESHOLDS", "VARIANT_LABELS", "evaluate_users", "figures",
-           "format_tables", "macro_table", "metric_names", "rerankers", "scenario_macro", "select_b3_params",
-           "select_match_threshold", "summarise", "user_conditions"]
+__all__ = ["DATASET_LABELS", "VARIANT_LABELS", "figures", "format_tables", "macro_table", "scenario_macro",
+           "summarise"]

@@ -3,13 +3,14 @@
 A run samples up to `users` eligible users once (seeded, stratified by the
 gender-age slice) and, per LLM and user, generates the history-only list L^0,
 the three paraphrase controls and one identity-cued list per scenario through
-`ctrlsim.recommenders.promptshift.PromptShiftEngine`. Each (LLM, user) is one
+`ctrlsim.recommenders.promptshift.engine.PromptShiftEngine`. Each (LLM, user) is one
 unit of work; its lists go to `records.jsonl` in the run folder as soon as
 they exist, so a rerun generates nothing twice.
 
-The tables are computed from the stored lists (`promptshift_report`): the
-fuzzy matching threshold and B3's parameters are chosen on the validation
-positives and frozen, then the test positives are read once. Layouts: Table 4
+The tables are computed from the stored lists: the fuzzy matching threshold and
+B3's parameters are chosen on the validation positives and frozen, then the
+test positives are read once (`ctrlsim.recommenders.promptshift.selection`),
+and `promptshift_report` averages and formats the records. Layouts: Table 4
 (Paraphrase Drift, Cue Drift, Delta d, SliceShift per dataset-model), Table 5
 (B0 vs B3 per dataset-model), Table 6 (B0-B3 macro means over settings).
 
@@ -22,13 +23,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-import numpy as np
-
-from ctrlsim.agents.rerankers import PAPER_PARAMS, PARAM_GRID
 from ctrlsim.backends import LLM, load_llm
 from ctrlsim.backends.specs import parse_spec
-from ctrlsim.data import identity_slices, load_dataset
-from ctrlsim.data.promptshift import AUTO, MOVIE_POSITIVE, PLAY_POSITIVE, PromptShiftData
+from ctrlsim.data import load_dataset
 from ctrlsim.data.splits import AGE_GROUPS, SCENARIOS
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
@@ -39,23 +36,30 @@ from ctrlsim.experiments.config import (
     config_to_dict,
 )
 from ctrlsim.experiments.executor import worker_cache
-from ctrlsim.experiments.promptshift_report import (
-    MATCH_THRESHOLDS,
-    evaluate_users,
-    figures,
-    format_tables,
-    macro_table,
-    rerankers,
-    select_b3_params,
-    select_match_threshold,
-    summarise,
-    user_conditions,
-)
+from ctrlsim.experiments.promptshift_report import figures, format_tables, macro_table, summarise
 from ctrlsim.experiments.runfolder import software_versions
 from ctrlsim.experiments.runner import RunContext, Runner
-from ctrlsim.recommenders.llm_lists import DOMAINS, REQUEST, GeneratedList
-from ctrlsim.recommenders.promptshift import PromptShiftEngine
-from ctrlsim.seeding import derive_rng
+from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
+from ctrlsim.recommenders.promptshift.defaults import (
+    AUTO,
+    HISTORY_LEN,
+    MATCH_THRESHOLD,
+    MATCH_THRESHOLDS,
+    MIN_FIT_POSITIVES,
+    MOVIE_POSITIVE,
+    N_CANDIDATES,
+    PLAY_POSITIVE,
+    RBO_P,
+    RHO,
+    TEMPERATURE,
+    UNMATCHED_POLICIES,
+    K,
+    default_max_tokens,
+)
+from ctrlsim.recommenders.promptshift.engine import PromptShiftEngine
+from ctrlsim.recommenders.promptshift.generation import DOMAINS, REQUEST, GeneratedList
+from ctrlsim.recommenders.promptshift.rerankers import PAPER_PARAMS, PARAM_GRID
+from ctrlsim.recommenders.promptshift.selection import validate_then_test
 
 DEFAULT_RUN_LLM = "qwen2.5-0.5b"
 # The choices the stored lists depend on (the rest only shape the tables).
@@ -73,26 +77,27 @@ class PromptShiftConfig:
     seed: int = field(default=0, metadata={"help": "seed of the stratified user sample"})
     scenarios: tuple[str, ...] = field(default=SCENARIOS, metadata={"help": "identity-cue scenarios",
                                                                     "choices": list(SCENARIOS)})
-    n_candidates: int = field(default=30, metadata={"help": "N, titles asked of the LLM per list"})
-    k: int = field(default=20, metadata={"help": "K, the evaluated list length"})
-    history_len: int = field(default=25, metadata={"help": "|H_u|, fit positives in the prompt"})
-    min_fit_positives: int = field(default=25, metadata={"help": "fit positives a user needs"})
+    n_candidates: int = field(default=N_CANDIDATES, metadata={"help": "N, titles asked of the LLM per list"})
+    k: int = field(default=K, metadata={"help": "K, the evaluated list length"})
+    history_len: int = field(default=HISTORY_LEN, metadata={"help": "|H_u|, fit positives in the prompt"})
+    min_fit_positives: int = field(default=MIN_FIT_POSITIVES, metadata={"help": "fit positives a user needs"})
     positive_threshold: float | None = field(default=None, metadata={
         "help": f"rating (or play count) a positive needs; none: {MOVIE_POSITIVE:g} for ratings, "
                 f"{PLAY_POSITIVE:g} plays for listening data"})
     domain: str | None = field(default=None, metadata={"help": "prompts; none: music for track catalogues",
                                                        "choices": list(DOMAINS)})
-    p: float = field(default=0.9, metadata={"help": "RBO persistence"})
-    rho: float = field(default=0.2, metadata={"help": "Difficulty@K rank bonus"})
+    p: float = field(default=RBO_P, metadata={"help": "RBO persistence"})
+    rho: float = field(default=RHO, metadata={"help": "Difficulty@K rank bonus"})
     match_threshold: float | None = field(default=None, metadata={
         "help": f"fuzzy title-matching threshold; none: chosen on validation from {MATCH_THRESHOLDS}"})
     select_on_validation: bool = field(default=True, metadata={
         "help": "choose B3's parameters on validation positives (else the paper's values)"})
-    max_tokens: int | None = field(default=None, metadata={"help": "reply budget; none: 16 per title + 32"})
-    temperature: float = field(default=0.0, metadata={"help": "sampling temperature (0: greedy)"})
+    max_tokens: int | None = field(default=None, metadata={
+        "help": "reply budget; none: 16 per title + 32"})
+    temperature: float = field(default=TEMPERATURE, metadata={"help": "sampling temperature (0: greedy)"})
     exclude_history: bool = field(default=False, metadata={"help": "drop generated items already in H_u"})
-    unmatched: str = field(default="zero", metadata={"help": "unmatched titles in SliceShift: count as 0 "
-                                                            "or skip", "choices": ["zero", "skip"]})
+    unmatched: str = field(default=UNMATCHED_POLICIES[0], metadata={
+        "help": "unmatched titles in SliceShift: count as 0 or skip", "choices": list(UNMATCHED_POLICIES)})
     llm_cache: str | None = field(default=None, metadata={
         "help": "response-cache file for the LLMs (sqlite); does not change results"})
 
@@ -136,7 +141,7 @@ class PromptShiftConfig:
         if self.max_tokens is not None:
             check_range("max_tokens", self.max_tokens, low=1)
         check_range("temperature", self.temperature, low=0)
-        check_choice("unmatched", self.unmatched, ("zero", "skip"))
+        check_choice("unmatched", self.unmatched, UNMATCHED_POLICIES)
 
     def identity(self) -> dict:
         """What the results depend on (the response cache does not change them)."""
@@ -165,14 +170,15 @@ def protocol_choices(cfg: PromptShiftConfig, data: PromptShiftData) -> dict:
     return {
         "domain": domain,
         "positives": f"{'play count' if data.domain == 'music' else 'rating'} >= {data.positive_threshold:g}",
-        "split": "per user by time: first round(0.72 n) fit, up to round(0.80 n) validation, rest test",
+        "split": f"per user by time: first round({data.fractions[0]:.2f} n) fit, up to "
+                 f"round({data.fractions[0] + data.fractions[1]:.2f} n) validation, rest test",
         "eligible users": f"{len(data.eligible)} (>= {data.min_fit_positives} fit positives, "
                           ">= 1 test positive, a slice in every scenario)",
         "user sample": "seeded; one user per gender-age slice first, the rest proportional to slice size",
         "age groups": ", ".join(f"{name} [{lo}, {hi})" for name, lo, hi in AGE_GROUPS),
         "request sentence": REQUEST[domain].format(n=cfg.n_candidates),
         "decoding": f"temperature {cfg.temperature}, max_tokens "
-                    f"{cfg.max_tokens or 16 * cfg.n_candidates + 32}, stop at line N+1",
+                    f"{cfg.max_tokens or default_max_tokens(cfg.n_candidates)}, stop at line N+1",
         "matching": "exact on normalised titles, then without leading article, then rapidfuzz "
                     "token_sort_ratio" + (
                         f" >= {cfg.match_threshold:g} (fixed)" if cfg.match_threshold is not None else
@@ -196,46 +202,14 @@ def protocol_choices(cfg: PromptShiftConfig, data: PromptShiftData) -> dict:
     }
 
 
-# ------------------------------------------------------------------- sample
-def sample_users(data: PromptShiftData, n_users: int, seed: int) -> list[str]:
-    """Scenario-stratified sample (strata: gender-age slices) of eligible users, fixed by `seed`."""
-    cross = identity_slices(data.dataset, "gender_age")
-    strata: dict[str, list[str]] = {}
-    for u in data.eligible:
-        strata.setdefault(str(cross.get(u, "none")), []).append(u)
-    names = sorted(strata)
-    n = min(n_users, len(data.eligible))
-    sizes = np.array([len(strata[g]) for g in names], dtype=float)
-    alloc = np.zeros(len(names), dtype=int)
-    if n >= len(names):
-        alloc += 1
-    rest = n - alloc.sum()
-    if rest > 0:
-        share = sizes / sizes.sum() * rest
-        alloc += np.floor(share).astype(int)
-        left = n - alloc.sum()
-        for j in np.argsort(-(share - np.floor(share)), kind="stable")[:left]:
-            alloc[j] += 1
-    rng = derive_rng(seed, "promptshift-users")
-    chosen = []
-    for g, a in zip(names, alloc):
-        members = strata[g]
-        a = min(int(a), len(members))
-        chosen += [members[i] for i in sorted(rng.choice(len(members), size=a, replace=False))]
-    # Top up (only when a stratum was too small) and fix a seeded processing order.
-    spare = [u for u in data.eligible if u not in set(chosen)]
-    if len(chosen) < n:
-        chosen += [spare[i] for i in rng.choice(len(spare), size=n - len(chosen), replace=False)]
-    return [chosen[i] for i in rng.permutation(len(chosen))]
-
-
 # --------------------------------------------------------------------- units
 def llm_cache_name(spec: str, cache: str | None) -> str:
     return f"llm:{spec}:{cache}"
 
 
-def _engine(cfg: PromptShiftConfig, data: PromptShiftData, llm: str | LLM, users=None,
-            match_threshold: float = 90.0) -> PromptShiftEngine:
+def _engine(cfg: PromptShiftConfig, data: PromptShiftData, llm: str | LLM, users=None) -> PromptShiftEngine:
+    # A fixed threshold matches from the start; otherwise validation selection moves it.
+    match_threshold = MATCH_THRESHOLD if cfg.match_threshold is None else cfg.match_threshold
     return PromptShiftEngine(data, llm, users=users, n_candidates=cfg.n_candidates, k=cfg.k, p=cfg.p,
                              rho=cfg.rho, match_threshold=match_threshold, max_tokens=cfg.max_tokens,
                              temperature=cfg.temperature, domain=cfg.domain,
@@ -249,7 +223,7 @@ def generate_user_lists(cfg: PromptShiftConfig, key: str) -> dict:
     llm = worker_cache(llm_cache_name(llm_spec, cfg.llm_cache),
                        lambda: load_llm(llm_spec, cache=cfg.llm_cache))
     engine = _engine(cfg, data, llm, users=[user])
-    lists, usage = engine.lists_for(user, user_conditions(engine, user))
+    lists, usage = engine.lists_for(user, engine.user_conditions(user))
     return {"user": user, "llm": llm.identity, "lists": [c.generated.to_dict() for c in lists],
             "tokens": usage}
 
@@ -360,23 +334,15 @@ def report(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequence[str], 
         done = [u for u in users if f"{name}/{u}" in records]
         if not done:
             continue
-        engine = _engine(cfg, data, name, users=done, match_threshold=cfg.match_threshold or 90.0)
+        engine = _engine(cfg, data, name, users=done)
         tokens = {"prompt_tokens": 0, "completion_tokens": 0}
         for u in done:
             for d in records[f"{name}/{u}"]["lists"]:
                 engine.preload(u, _generated(d))
                 tokens["prompt_tokens"] += d["prompt_tokens"]
                 tokens["completion_tokens"] += d["completion_tokens"]
-        selection: dict = {}
-        if cfg.match_threshold is None:
-            threshold, grid = select_match_threshold(engine, done)
-            selection["match_threshold"], selection["match_grid"] = threshold, grid
-        else:
-            selection["match_threshold"] = cfg.match_threshold
-        b3 = None
-        if cfg.select_on_validation:
-            b3, selection["b3"] = select_b3_params(engine, done, PAPER_PARAMS, cfg.k)
-        test = evaluate_users(engine, done, rerankers(engine, PAPER_PARAMS, b3), "test")
+        test, selection = validate_then_test(engine, done, match_threshold=cfg.match_threshold,
+                                             select_b3=cfg.select_on_validation)
         identity = records[f"{name}/{done[0]}"].get("llm", {"spec": name})
         settings.append(summarise(data.dataset.name, name, identity, test, cfg.k, cfg.scenarios, selection,
                                   tokens))
@@ -392,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = ["PromptShiftConfig", "build_data", "generate_user_lists", "main", "protocol_choices",
-           "report", "run", "sample_users"]
+           "report", "run"]
 
 if __name__ == "__main__":
     sys.exit(main())

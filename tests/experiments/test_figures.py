@@ -49,7 +49,7 @@ def test_runner_figure_functions_do_not_import_pyplot(tmp_path):
     code = f"""
 import itertools, json, sys
 from pathlib import Path
-from ctrlsim.experiments import evolve, promptshift_report, steereval_tables
+from ctrlsim.experiments import evolve_report as evolve, promptshift_report, steereval_tables
 from ctrlsim.experiments.runfolder import RunFolder
 
 folder = RunFolder(Path({str(tmp_path / "run")!r}), {{"seed": 1}})

@@ -3,8 +3,8 @@ import pandas as pd
 import pytest
 
 from ctrlsim.data import Dataset
-from ctrlsim.data.promptshift import PromptShiftData
-from ctrlsim.recommenders.llm_lists import GeneratedList
+from ctrlsim.recommenders.promptshift.data import PromptShiftData
+from ctrlsim.recommenders.promptshift.generation import GeneratedList
 
 TITLES = ["Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot"]
 

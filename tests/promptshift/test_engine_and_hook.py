@@ -5,8 +5,8 @@ import pytest
 from ctrlsim.data.matching import TitleMatcher
 from ctrlsim.errors import ConfigError
 from ctrlsim.metrics.promptshift import EMPTY_SLOT, UNMATCHED_SLOT, SliceTable, evaluate_ranking
-from ctrlsim.recommenders.llm_lists import GeneratedList, PromptCondition
-from ctrlsim.recommenders.promptshift import CandidateList, PromptShiftEngine
+from ctrlsim.recommenders.promptshift.engine import CandidateList, PromptShiftEngine
+from ctrlsim.recommenders.promptshift.generation import GeneratedList, PromptCondition
 
 
 def test_candidate_list_matching_by_hand(hand_data):
@@ -76,3 +76,17 @@ def test_evaluate_ranking_without_pool_positives_scores_zero(flat_table):
     assert out["drift"] == pytest.approx(0.0)
     # Unmatched counts in |L| with 0: ranking (0 + 0) / 2, reference 0 -> 0.
     assert out["slice_shift"] == 0.0
+
+
+def test_engine_asks_the_data_for_each_user_once(hand_data, u1_lists, monkeypatch):
+    calls = []
+    ask = type(hand_data).user
+    monkeypatch.setattr(type(hand_data), "user", lambda self, u: calls.append(u) or ask(self, u))
+    engine = PromptShiftEngine(hand_data, "never-loaded", n_candidates=4, k=3)
+    assert calls == ["u1", "u2"]  # U's profiles, once, at construction (phi_bar_s needs them)
+    for gen in u1_lists:
+        engine.preload("u1", gen)
+    ep = engine.episode("u1", "gender")
+    engine.evaluate(ep, range(len(ep.cue.item_ids)), part="valid")
+    engine.history_slots("u1")
+    assert calls == ["u1", "u2"] and ep.profile is engine.profile("u1") and ep.user == "u1"

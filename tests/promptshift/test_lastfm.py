@@ -2,10 +2,15 @@
 import pytest
 
 from ctrlsim.data import load_dataset
-from ctrlsim.data.promptshift import PromptShiftData
 from ctrlsim.experiments.promptshift_tables import PromptShiftConfig, build_data, protocol_choices
-from ctrlsim.recommenders.llm_lists import HISTORY_ONLY, GeneratedList, build_messages, parse_numbered_list
-from ctrlsim.recommenders.promptshift import CandidateList, PromptShiftEngine
+from ctrlsim.recommenders.promptshift.data import PromptShiftData
+from ctrlsim.recommenders.promptshift.engine import CandidateList, PromptShiftEngine
+from ctrlsim.recommenders.promptshift.generation import (
+    HISTORY_ONLY,
+    GeneratedList,
+    build_messages,
+    parse_numbered_list,
+)
 
 TRACKS = [("Portishead", "Roads"), ("Radiohead", "Karma Police"), ("Björk", "Hyperballad"),
           ("Massive Attack", "Teardrop"), ("Air", "La Femme d'Argent"), ("Moby", "Porcelain"),
@@ -45,16 +50,16 @@ def test_play_count_positives_and_music_histories(music_data):
     fit = music_data.fit_positives["user_000001"]
     assert len(fit) == 7 and "Lone Artist - Lone Track" not in fit  # one play is no positive
     # Fit: the single play and the first seven tracks; H_u = the last three of them.
-    assert music_data.history_titles("user_000001") == [
-        "Air - La Femme d'Argent", "Moby - Porcelain", "Beck - Loser"]
-    assert music_data.positives("user_000001", "valid") == {"Blur - Song 2"}
-    assert music_data.positives("user_000001") == {"Pulp - Common People", "Suede - Animal Nitrate"}
+    profile = music_data.user("user_000001")
+    assert profile.history_titles == ("Air - La Femme d'Argent", "Moby - Porcelain", "Beck - Loser")
+    assert profile.positives("valid") == {"Blur - Song 2"}
+    assert profile.positives() == {"Pulp - Common People", "Suede - Animal Nitrate"}
 
 
 def test_music_prompts_and_artist_title_matching(music_data):
     engine = PromptShiftEngine(music_data, "never-loaded")
     assert engine.domain == "music"
-    history = music_data.history_titles("user_000002")
+    history = music_data.user("user_000002").history_titles
     messages = build_messages(history, HISTORY_ONLY, 30, domain=engine.domain)
     assert messages[0]["content"] == ("You are a professional music recommendation system that recommends "
                                       "individual songs.")

@@ -2,7 +2,7 @@
 import pytest
 
 from ctrlsim.errors import ConfigError, LLMOutputError
-from ctrlsim.recommenders.llm_lists import (
+from ctrlsim.recommenders.promptshift.generation import (
     HISTORY_ONLY,
     PARAPHRASE_CONDITIONS,
     LLMListGenerator,

@@ -2,13 +2,13 @@
 import gymnasium as gym
 import numpy as np
 import pytest
-from ctrlsim.agents.rerankers import make_reranker
 from ctrlsim.envs.promptshift_env import ENGINE_ATTRIBUTES, PromptShiftEnv
 
-from ctrlsim.data.promptshift import PromptShiftData
 from ctrlsim.errors import ConfigError, ResetNeededError
 from ctrlsim.metrics.promptshift import EMPTY_SLOT, UNMATCHED_SLOT
-from ctrlsim.recommenders.llm_lists import HISTORY_ONLY
+from ctrlsim.recommenders.promptshift.data import PromptShiftData
+from ctrlsim.recommenders.promptshift.generation import HISTORY_ONLY
+from ctrlsim.recommenders.promptshift.rerankers import make_reranker
 
 LOG2_3 = np.log2(3)
 
@@ -166,10 +166,12 @@ def test_data_follows_the_protocol(ml100k):
     data = PromptShiftData.build(ml100k)
     assert len(data.eligible) == 527  # >= 25 fit positives and >= 1 test positive (ratings >= 4)
     user = data.eligible[0]
-    assert len(data.fit_positives[user]) >= 25 and data.positives(user)
-    assert data.history(user) == data.fit_positives[user][-25:]  # last 25 fit positives, oldest first
+    profile = data.user(user)
+    assert len(data.fit_positives[user]) >= 25 and profile.positives()
+    assert list(profile.history) == data.fit_positives[user][-25:]  # last 25 fit positives, oldest first
     assert set(data.slice_names) >= {"gender_F", "age_older", "cross_M_young_adult"}
-    assert not data.positives(user) & set(data.fit_positives[user])
+    assert set(profile.slices) == set(data.scenarios) and profile.slice_of("gender") in data.slice_names
+    assert not profile.positives() & set(data.fit_positives[user])
 
 
 @pytest.mark.llm
@@ -198,3 +200,14 @@ def test_real_llm_episode(smol, ml100k):
     assert step_info["reranked_item_ids"] == ep.cue.item_ids[:4]
     assert step_info["drift"] == pytest.approx(step_info["cue_drift"])
     assert step_info["tokens"]["lists"]["completion_tokens"] > 0
+
+
+def test_env_and_runner_config_share_one_set_of_defaults():
+    import inspect
+
+    from ctrlsim.experiments.promptshift_tables import PromptShiftConfig
+
+    env_defaults = inspect.signature(PromptShiftEnv.__init__).parameters
+    cfg = PromptShiftConfig()
+    for name in ("n_candidates", "k", "history_len", "min_fit_positives", "p", "rho", "temperature"):
+        assert env_defaults[name].default == getattr(cfg, name), name

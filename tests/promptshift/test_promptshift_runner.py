@@ -4,25 +4,19 @@ import shutil
 
 import pytest
 
-from ctrlsim.data.promptshift import PromptShiftData
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.commands import parse_command
 from ctrlsim.experiments.config import RunOptions
 from ctrlsim.experiments.promptshift_report import format_tables, scenario_macro
-from ctrlsim.experiments.promptshift_tables import (
-    PromptShiftConfig,
-    protocol_choices,
-    report,
-    run,
-    sample_users,
-)
+from ctrlsim.experiments.promptshift_tables import PromptShiftConfig, protocol_choices, report, run
+from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
 
 
 def test_stratified_sample(ml100k):
     data = PromptShiftData.build(ml100k)
     users = sample_users(data, 6, seed=0)
     assert len(users) == len(set(users)) == 6 and set(users) <= set(data.eligible)
-    strata = {data.slice_of(u, "gender_age") for u in users}
+    strata = {data.user(u).slice_of("gender_age") for u in users}
     assert len(strata) == 6  # one per gender-age slice
     assert sample_users(data, 6, seed=0) == users and sample_users(data, 6, seed=1) != users
     assert len(sample_users(data, 40, seed=0)) == 40

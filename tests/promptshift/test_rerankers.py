@@ -1,7 +1,10 @@
 """B0-B3 rerankers: identity, protected prefix, slice-popularity push-down, unmatched positions."""
 import numpy as np
 import pytest
-from ctrlsim.agents.rerankers import (
+
+from ctrlsim.errors import ConfigError
+from ctrlsim.metrics.promptshift import SliceTable
+from ctrlsim.recommenders.promptshift.rerankers import (
     PAPER_PARAMS,
     FixedWeightReranker,
     OriginalOrder,
@@ -13,9 +16,6 @@ from ctrlsim.agents.rerankers import (
     param_grid,
     select_params,
 )
-
-from ctrlsim.errors import ConfigError
-from ctrlsim.metrics.promptshift import SliceTable
 
 
 @pytest.fixture(scope="module")

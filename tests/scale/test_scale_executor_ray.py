@@ -188,7 +188,7 @@ def environment_unit(config, key):
     """What a worker sees of the driver's settings."""
     from ctrlsim.backends.bundled import cache_dir
 
-    return {"CTRLSIM_CACHE": os.environ.get("CTRLSIM_CACHE"), "cache_dir": str(cache_dir()), "cwd": os.getcwd()}
+    return {"CTRLSIM_CACHE": os.environ.get("CTRLSIM_CACHE"), "cache_dir": str(cache_dir())}
 
 
 def test_workers_use_the_drivers_cache_folder_resolved_on_the_driver(ray_cluster, tmp_path, monkeypatch):

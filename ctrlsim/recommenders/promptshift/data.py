@@ -1,16 +1,18 @@
-"""PromptShift's data preparation (Gan & Dong, sections 4.2 and 5.1): split, slices, slice table.
+"""PromptShift's data preparation (Gan & Dong, sections 4.2 and 5.1): split, slices, users.
 
 Everything PromptShift derives from a dataset before any LLM runs: the
 per-user chronological 72/8/20 split into fit / validation / test, the
 positives of each part, the eligible users, the prompt histories H_u, the
-identity slices of every cue scenario and the identity-slice-by-item table
-built from fit positives.
+identity slices of every cue scenario, the identity-slice-by-item table
+built from fit positives, and the seeded user sample. Each user's part of it
+is asked for once, as a `UserProfile` (`PromptShiftData.user`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ctrlsim.data.dataset import Dataset
@@ -18,6 +20,15 @@ from ctrlsim.data.matching import display_title, track_display
 from ctrlsim.data.splits import SCENARIOS, chronological_split, identity_slices
 from ctrlsim.errors import ConfigError, UnknownUserError
 from ctrlsim.metrics.promptshift import SliceTable, mainstreamness, scenario_mainstreamness
+from ctrlsim.recommenders.promptshift.defaults import (
+    AUTO,
+    FRACTIONS,
+    HISTORY_LEN,
+    MIN_FIT_POSITIVES,
+    MOVIE_POSITIVE,
+    PLAY_POSITIVE,
+)
+from ctrlsim.seeding import derive_rng
 
 # Slice-id prefix -> the identity-cue scenario it belongs to ("cross_F_older" -> "gender_age").
 SCENARIO_OF_PREFIX = {"gender": "gender", "age": "age", "cross": "gender_age"}
@@ -37,12 +48,6 @@ def is_music(dataset: Dataset) -> bool:
     return "artist" in dataset.items.columns
 
 
-# The one definition of PromptShift's positives: a rating >= 4 on explicit feedback, >= 2 plays on
-# listening data (Last.fm). `AUTO` picks between them from the dataset; None counts every interaction.
-MOVIE_POSITIVE, PLAY_POSITIVE = 4.0, 2.0
-AUTO = "auto"
-
-
 def default_positive_threshold(dataset: Dataset) -> float:
     """The positive threshold PromptShift uses on `dataset` unless told otherwise."""
     return PLAY_POSITIVE if is_music(dataset) else MOVIE_POSITIVE
@@ -58,19 +63,52 @@ def prompt_titles(dataset: Dataset, item_ids: Sequence[str]) -> list[str]:
                                                  items["year"].to_numpy()[rows])]
 
 
+@dataclass(frozen=True, eq=False)
+class UserProfile:
+    """Everything the protocol reads about one user, built once by `PromptShiftData.user`.
+
+    `history` is H_u (item ids, oldest first) and `history_titles` how the
+    prompt writes it; `slices` maps each scenario in which the user has an
+    identity slice to its id, and `mainstreamness` to phi_bar_u, the mean
+    phi(i, g_u) over H_u in that slice; `valid` and `test` are the held-out
+    positives of the two parts.
+    """
+
+    user: str
+    history: tuple[str, ...]
+    history_titles: tuple[str, ...]
+    slices: Mapping[str, str]
+    mainstreamness: Mapping[str, float]
+    valid: frozenset[str]
+    test: frozenset[str]
+
+    def slice_of(self, scenario: str) -> str:
+        try:
+            return self.slices[scenario]
+        except KeyError:
+            raise ConfigError(f"user {self.user!r} has no identity slice in scenario {scenario!r}") from None
+
+    def positives(self, part: str = "test") -> set[str]:
+        """The user's held-out positives of the validation or test part."""
+        if part not in PARTS:
+            raise ConfigError(f"part must be one of {PARTS}, got {part!r}")
+        return set(self.test if part == "test" else self.valid)
+
+
 @dataclass(eq=False)
 class PromptShiftData:
     """Everything PromptShift derives from the dataset, built once (no LLM involved).
 
     Interactions are split per user in time order into fit / valid / test
-    (72/8/20); positives are interactions whose `rating` (a rating, or a play
-    count for implicit feedback) is >= `positive_threshold` within each part
-    (`AUTO`, the default: `default_positive_threshold`; None: every
-    interaction is positive). Eligible users have >= `min_fit_positives` fit
-    positives, >= 1 test positive and an identity slice in every scenario
+    (`FRACTIONS`, 72/8/20); positives are interactions whose `rating` (a
+    rating, or a play count for implicit feedback) is >= `positive_threshold`
+    within each part (`AUTO`, the default: `default_positive_threshold`; None:
+    every interaction is positive). Eligible users have >= `min_fit_positives`
+    fit positives, >= 1 test positive and an identity slice in every scenario
     (section 5.1). The prompt history H_u is the user's last `history_len`
     fit positives, oldest first. The slice table is built from all users' fit
-    positives over the slices of every scenario.
+    positives over the slices of every scenario. A user's share of all this is
+    asked for in one call, `user(user_id)`.
     """
 
     dataset: Dataset
@@ -88,9 +126,9 @@ class PromptShiftData:
 
     @classmethod
     def build(cls, dataset: Dataset, *, scenarios: Sequence[str] = SCENARIOS,
-              positive_threshold: float | str | None = AUTO, history_len: int = 25,
-              min_fit_positives: int = 25,
-              fractions: tuple[float, float, float] = (0.72, 0.08, 0.20)) -> "PromptShiftData":
+              positive_threshold: float | str | None = AUTO, history_len: int = HISTORY_LEN,
+              min_fit_positives: int = MIN_FIT_POSITIVES,
+              fractions: tuple[float, float, float] = FRACTIONS) -> "PromptShiftData":
         scenarios = tuple(scenarios)
         if positive_threshold == AUTO:
             positive_threshold = default_positive_threshold(dataset)
@@ -145,12 +183,6 @@ class PromptShiftData:
         """Slice ids in the order of the observation's `slice` index (the table's columns, "*" excluded)."""
         return self.table.slice_ids[:-1]
 
-    def check_user(self, user: str) -> str:
-        user = str(user)
-        if user not in self.fit_positives:
-            raise UnknownUserError(f"user {user!r} has no fit positives in {self.dataset.name!r}")
-        return user
-
     def check_eligible(self, users: Iterable[str]) -> list[str]:
         """`users` as strings; any user who is not eligible raises `ConfigError` naming it."""
         wanted = [str(u) for u in users]
@@ -160,39 +192,65 @@ class PromptShiftData:
             raise ConfigError(f"users not eligible for PromptShift: {bad[:5]}")
         return wanted
 
-    def history(self, user: str) -> list[str]:
-        """H_u: the last `history_len` fit positives, oldest first."""
-        return self.fit_positives[self.check_user(user)][-self.history_len:]
+    def user(self, user: str) -> UserProfile:
+        """The user's `UserProfile`; a user without fit positives raises `UnknownUserError`."""
+        user = str(user)
+        if user not in self.fit_positives:
+            raise UnknownUserError(f"user {user!r} has no fit positives in {self.dataset.name!r}")
+        history = tuple(self.fit_positives[user][-self.history_len:])
+        slices = {s: str(self.slices[s][user]) for s in self.scenarios if user in self.slices[s].index}
+        return UserProfile(
+            user, history, tuple(prompt_titles(self.dataset, history)), slices,
+            {s: mainstreamness(self.table, history, g) for s, g in slices.items()},
+            frozenset(self.valid_positives.get(user, ())), frozenset(self.test_positives.get(user, ())))
 
-    def history_titles(self, user: str) -> list[str]:
-        return prompt_titles(self.dataset, self.history(user))
-
-    def slice_of(self, user: str, scenario: str) -> str:
-        try:
-            return str(self.slices[scenario][str(user)])
-        except KeyError:
-            raise ConfigError(f"user {user!r} has no identity slice in scenario {scenario!r}") from None
-
-    def mainstreamness(self, user: str, scenario: str) -> float:
-        """phi_bar_u over H_u in the user's slice of `scenario`."""
-        return mainstreamness(self.table, self.history(user), self.slice_of(user, scenario))
-
-    def scenario_means(self, users: Iterable[str]) -> dict[str, float]:
+    def scenario_means(self, profiles: Iterable[UserProfile]) -> dict[str, float]:
         """phi_bar_s per scenario: the mean of phi_bar_u over the users U_s who run it (section 4.4)."""
-        users = list(users)
-        return {s: scenario_mainstreamness(self.mainstreamness(u, s) for u in users) for s in self.scenarios}
+        profiles = list(profiles)
+        return {s: scenario_mainstreamness(p.mainstreamness[s] for p in profiles) for s in self.scenarios}
 
-    def slice_means(self, users: Iterable[str]) -> dict[str, float]:
-        """Slice id -> phi_bar_s of its scenario over `users` (what B3 compares phi_bar_u with)."""
-        means = self.scenario_means(users)
-        return {g: means[scenario_of_slice(g)] for g in self.slice_names if scenario_of_slice(g) in means}
-
-    def positives(self, user: str, part: str = "test") -> set[str]:
-        """The user's held-out positives of the validation or test part."""
-        if part not in PARTS:
-            raise ConfigError(f"part must be one of {PARTS}, got {part!r}")
-        source = self.test_positives if part == "test" else self.valid_positives
-        return set(source.get(str(user), set()))
+    def slice_means(self, scenario_means: Mapping[str, float]) -> dict[str, float]:
+        """Slice id -> phi_bar_s of its scenario (what B3 compares phi_bar_u with)."""
+        return {g: scenario_means[scenario_of_slice(g)] for g in self.slice_names
+                if scenario_of_slice(g) in scenario_means}
 
 
-__all__ = ["PARTS", "PromptShiftData", "SCENARIO_OF_PREFIX", "is_music", "prompt_titles", "scenario_of_slice"]
+# ------------------------------------------------------------------- sample
+def sample_users(data: PromptShiftData, n_users: int, seed: int) -> list[str]:
+    """Scenario-stratified sample (strata: gender-age slices) of eligible users, fixed by `seed`.
+
+    One user from every stratum first (when `n_users` allows), the rest in
+    proportion to stratum size; the processing order is seeded too.
+    """
+    cross = identity_slices(data.dataset, "gender_age")
+    strata: dict[str, list[str]] = {}
+    for u in data.eligible:
+        strata.setdefault(str(cross.get(u, "none")), []).append(u)
+    names = sorted(strata)
+    n = min(n_users, len(data.eligible))
+    sizes = np.array([len(strata[g]) for g in names], dtype=float)
+    alloc = np.zeros(len(names), dtype=int)
+    if n >= len(names):
+        alloc += 1
+    rest = n - alloc.sum()
+    if rest > 0:
+        share = sizes / sizes.sum() * rest
+        alloc += np.floor(share).astype(int)
+        left = n - alloc.sum()
+        for j in np.argsort(-(share - np.floor(share)), kind="stable")[:left]:
+            alloc[j] += 1
+    rng = derive_rng(seed, "promptshift-users")
+    chosen = []
+    for g, a in zip(names, alloc):
+        members = strata[g]
+        a = min(int(a), len(members))
+        chosen += [members[i] for i in sorted(rng.choice(len(members), size=a, replace=False))]
+    # Top up (only when a stratum was too small) and fix a seeded processing order.
+    spare = [u for u in data.eligible if u not in set(chosen)]
+    if len(chosen) < n:
+        chosen += [spare[i] for i in rng.choice(len(spare), size=n - len(chosen), replace=False)]
+    return [chosen[i] for i in rng.permutation(len(chosen))]
+
+
+__all__ = ["PARTS", "PromptShiftData", "SCENARIO_OF_PREFIX", "UserProfile", "default_positive_threshold",
+           "is_music", "prompt_titles", "sample_users", "scenario_of_slice"]

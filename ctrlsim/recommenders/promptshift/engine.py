@@ -6,8 +6,14 @@ the `LLMListGenerator` for the ones it has not seen yet (one batched call),
 matches their titles to catalogue items with a `TitleMatcher`, keeps them per
 (user, prompt condition), and scores any reordering of a cued pool with the
 shared metric hook `ctrlsim.metrics.promptshift.evaluate_ranking`. The
-Gymnasium env (`ctrlsim.envs.promptshift_env`) and the table runner
-(`ctrlsim.experiments.promptshift_tables`) both drive it.
+Gymnasium env (`ctrlsim.envs.promptshift_env`), validation selection
+(`selection`) and the table runner (`ctrlsim.experiments.promptshift_tables`)
+all drive it.
+
+What it knows of a user it asks `PromptShiftData.user` once, as a
+`UserProfile` (history, prompt titles, slices, mainstreamness, held-out
+positives), and reads only that afterwards; an `Episode` carries its user's
+profile, so scoring it needs no further look-up.
 """
 from __future__ import annotations
 
@@ -18,11 +24,21 @@ import numpy as np
 
 from ctrlsim.backends import LLM, TokenMeter, check_llm_argument, resolve_llm
 from ctrlsim.data.matching import MATCH_KINDS, TitleMatcher, normalize_title
-from ctrlsim.data.promptshift import PARTS, PromptShiftData
 from ctrlsim.errors import ConfigError
-from ctrlsim.metrics.promptshift import EMPTY_SLOT, RHO, UNMATCHED_SLOT, SliceTable, evaluate_ranking
+from ctrlsim.metrics.promptshift import EMPTY_SLOT, UNMATCHED_SLOT, SliceTable, evaluate_ranking
 from ctrlsim.metrics.ranking import drift
-from ctrlsim.recommenders.llm_lists import (
+from ctrlsim.recommenders.promptshift.data import PARTS, PromptShiftData, UserProfile
+from ctrlsim.recommenders.promptshift.defaults import (
+    DEFAULT_LLM,
+    MATCH_THRESHOLD,
+    N_CANDIDATES,
+    RBO_P,
+    RHO,
+    TEMPERATURE,
+    UNMATCHED_POLICIES,
+    K,
+)
+from ctrlsim.recommenders.promptshift.generation import (
     DOMAINS,
     HISTORY_ONLY,
     PARAPHRASE_CONDITIONS,
@@ -30,9 +46,6 @@ from ctrlsim.recommenders.llm_lists import (
     LLMListGenerator,
     PromptCondition,
 )
-
-DEFAULT_LLM = "qwen2.5-1.5b"
-UNMATCHED_POLICIES = ("zero", "skip")
 
 
 @dataclass
@@ -98,9 +111,9 @@ class CandidateList:
 
 @dataclass
 class Episode:
-    """One (user, identity-cue scenario) pair with its lists and the user's mainstreamness."""
+    """One (user, identity-cue scenario) pair: the user's profile, lists and mainstreamness."""
 
-    user: str
+    profile: UserProfile
     scenario: str
     slice_id: str
     cue: CandidateList
@@ -109,6 +122,10 @@ class Episode:
     mainstreamness: float
     scenario_mainstreamness: float
     usage: dict = field(default_factory=dict)
+
+    @property
+    def user(self) -> str:
+        return self.profile.user
 
     @property
     def lists(self) -> tuple[CandidateList, ...]:
@@ -136,11 +153,11 @@ class PromptShiftEngine:
     """
 
     def __init__(self, data: PromptShiftData, llm: str | LLM = DEFAULT_LLM, *,
-                 users: Sequence[str] | None = None, n_candidates: int = 30, k: int = 20, p: float = 0.9,
-                 rho: float = RHO,
-                 match_threshold: float = 90.0, max_tokens: int | None = None, temperature: float = 0.0,
+                 users: Sequence[str] | None = None, n_candidates: int = N_CANDIDATES, k: int = K,
+                 p: float = RBO_P, rho: float = RHO, match_threshold: float = MATCH_THRESHOLD,
+                 max_tokens: int | None = None, temperature: float = TEMPERATURE,
                  llm_seed: int | None = None, llm_cache: str | None = None, domain: str | None = None,
-                 exclude_history: bool = False, unmatched: str = "zero"):
+                 exclude_history: bool = False, unmatched: str = UNMATCHED_POLICIES[0]):
         if not 1 <= k <= n_candidates:
             raise ConfigError(f"need 1 <= k <= n_candidates, got k={k}, n_candidates={n_candidates}")
         if not 0 < p < 1:
@@ -157,8 +174,10 @@ class PromptShiftEngine:
         self.n_candidates, self.k, self.p, self.rho = int(n_candidates), int(k), float(p), float(rho)
         self.domain, self.unmatched, self.exclude_history = domain, unmatched, bool(exclude_history)
         self.matcher = TitleMatcher(data.dataset.items, threshold=match_threshold)
-        self.scenario_means = data.scenario_means(self.users)
-        self.slice_means = data.slice_means(self.users)
+        # Each user's data is asked of `data` once; phi_bar_s averages over the profiles of U.
+        self._profiles: dict[str, UserProfile] = {u: data.user(u) for u in self.users}
+        self.scenario_means = data.scenario_means(self._profiles[u] for u in self.users)
+        self.slice_means = data.slice_means(self.scenario_means)
         check_llm_argument(llm)
         self._llm: LLM | None = None if isinstance(llm, str) else llm
         self._llm_spec: str = llm if isinstance(llm, str) else ""
@@ -210,6 +229,13 @@ class PromptShiftEngine:
                 "generation": {"max_tokens": self.max_tokens, "temperature": self.temperature,
                                "seed": self.llm_seed}}
 
+    def profile(self, user: str) -> UserProfile:
+        """The user's `UserProfile`, asked of the data once (any user with fit positives)."""
+        user = str(user)
+        if user not in self._profiles:
+            self._profiles[user] = self.data.user(user)
+        return self._profiles[user]
+
     # ----------------------------------------------------------------- lists
     def set_match_threshold(self, threshold: float) -> None:
         """Match every list again with another fuzzy threshold (no LLM call)."""
@@ -219,7 +245,7 @@ class PromptShiftEngine:
 
     def preload(self, user: str, generated: GeneratedList) -> CandidateList:
         """Put an already generated list (e.g. from a result file) into the cache."""
-        user = self.data.check_user(user)
+        user = self.profile(user).user
         self._generated[(user, generated.condition)] = generated
         self._matched.pop((user, generated.condition), None)
         return self._candidates(user, generated.condition)
@@ -233,17 +259,18 @@ class PromptShiftEngine:
         key = (user, condition)
         if key not in self._matched:
             self._matched[key] = CandidateList.from_generated(
-                self._generated[key], self.matcher, history=self.data.history(user),
+                self._generated[key], self.matcher, history=self.profile(user).history,
                 exclude_history=self.exclude_history)
         return self._matched[key]
 
     def lists_for(self, user: str, conditions: Sequence[PromptCondition]) -> tuple[list[CandidateList], dict]:
         """The user's lists for `conditions`, generating the missing ones in one batched call."""
-        user = self.data.check_user(user)
+        profile = self.profile(user)
+        user = profile.user
         missing = [c for c in dict.fromkeys(conditions) if (user, c.name) not in self._generated]
         usage = _usage()
         if missing:
-            history = self.data.history_titles(user)
+            history = list(profile.history_titles)
             for gen in self.generator.generate([(history, c) for c in missing]):
                 self._generated[(user, gen.condition)] = gen
                 usage["prompt_tokens"] += gen.prompt_tokens
@@ -261,11 +288,18 @@ class PromptShiftEngine:
             raise ConfigError(f"scenario {scenario!r} is not one of {self.data.scenarios}")
         if user not in set(self.users):
             raise ConfigError(f"user {user!r} is not among this engine's PromptShift users")
-        slice_id = self.data.slice_of(user, scenario)
+        profile = self.profile(user)
+        slice_id = profile.slice_of(scenario)
         conditions = [PromptCondition("history", slice_id), HISTORY_ONLY, *PARAPHRASE_CONDITIONS]
         lists, usage = self.lists_for(user, conditions)
-        return Episode(user, scenario, slice_id, lists[0], lists[1], list(lists[2:]),
-                       self.data.mainstreamness(user, scenario), self.scenario_means[scenario], usage)
+        return Episode(profile, scenario, slice_id, lists[0], lists[1], list(lists[2:]),
+                       profile.mainstreamness[scenario], self.scenario_means[scenario], usage)
+
+    def user_conditions(self, user: str) -> list[PromptCondition]:
+        """Every prompt condition a user runs: L^0, P1-P3 and one cue per scenario."""
+        profile = self.profile(user)
+        cues = [PromptCondition("history", profile.slice_of(s)) for s in self.data.scenarios]
+        return [HISTORY_ONLY, *PARAPHRASE_CONDITIONS, *cues]
 
     # --------------------------------------------------------------- scoring
     def candidate_slots(self, episode: Episode) -> np.ndarray:
@@ -275,7 +309,7 @@ class PromptShiftEngine:
     def history_slots(self, user: str) -> np.ndarray:
         """H_u as slice-table rows, oldest first, padded with UNMATCHED_SLOT to `history_len`."""
         out = np.full(self.data.history_len, UNMATCHED_SLOT, dtype=np.int64)
-        rows = self.data.dataset.indices(self.data.history(user))
+        rows = self.data.dataset.indices(self.profile(user).history)
         out[: len(rows)] = rows
         return out
 
@@ -293,7 +327,7 @@ class PromptShiftEngine:
             raise ConfigError(f"order names slots {bad[:5]} outside the pool of {len(cue.item_ids)}")
         keys = cue.keys
         return evaluate_ranking(self.slice_table, episode.slice_id, [cue.item_ids[s] for s in slots],
-                                ref.item_ids, self.data.positives(episode.user, part), pool=cue.item_ids,
+                                ref.item_ids, episode.profile.positives(part), pool=cue.item_ids,
                                 ranking_keys=[keys[s] for s in slots], reference_keys=ref.keys, k=self.k,
                                 p=self.p, rho=self.rho, unmatched=self.unmatched)
 
@@ -311,4 +345,4 @@ class PromptShiftEngine:
                 "delta_d": base["drift"] - para_drift}
 
 
-__all__ = ["CandidateList", "DEFAULT_LLM", "Episode", "PromptShiftEngine"]
+__all__ = ["CandidateList", "Episode", "PromptShiftEngine"]

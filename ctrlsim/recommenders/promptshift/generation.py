@@ -29,6 +29,7 @@ from ctrlsim.backends.llm import LLM, Conversation
 from ctrlsim.data.matching import normalize_title
 from ctrlsim.data.splits import AGE_GROUPS, GENDER_NAMES
 from ctrlsim.errors import ConfigError, LLMOutputError
+from ctrlsim.recommenders.promptshift.defaults import N_CANDIDATES, TEMPERATURE, default_max_tokens
 
 DOMAINS = ("movies", "music")
 
@@ -129,7 +130,7 @@ HISTORY_ONLY = PromptCondition("history")
 PARAPHRASE_CONDITIONS = tuple(PromptCondition(p) for p in PARAPHRASES)
 
 
-def build_messages(history: Sequence[str], condition: PromptCondition, n: int = 30, *,
+def build_messages(history: Sequence[str], condition: PromptCondition, n: int = N_CANDIDATES, *,
                    domain: str = "movies") -> Conversation:
     """The chat for one user and condition; `history` are display titles, oldest first."""
     if domain not in DOMAINS:
@@ -242,7 +243,7 @@ class LLMListGenerator:
 
     It returns titles as the LLM wrote them, not catalogue items: matching them
     to catalogue ids is the protocol engine's job
-    (`ctrlsim.recommenders.promptshift.PromptShiftEngine`).
+    (`ctrlsim.recommenders.promptshift.engine.PromptShiftEngine`).
 
     Greedy decoding by default (the paper holds decoding fixed across
     conditions). `max_tokens` defaults to 16 per title + 32, enough for N
@@ -250,14 +251,15 @@ class LLMListGenerator:
     call are charged to the LLM's meter under `meter_key`.
     """
 
-    def __init__(self, llm: LLM, *, n: int = 30, domain: str = "movies", max_tokens: int | None = None,
-                 temperature: float = 0.0, seed: int | None = None, meter_key: str | None = "promptshift"):
+    def __init__(self, llm: LLM, *, n: int = N_CANDIDATES, domain: str = "movies",
+                 max_tokens: int | None = None, temperature: float = TEMPERATURE, seed: int | None = None,
+                 meter_key: str | None = "promptshift"):
         if n < 1:
             raise ConfigError(f"n must be >= 1, got {n}")
         if domain not in DOMAINS:
             raise ConfigError(f"unknown domain {domain!r}; choose from {DOMAINS}")
         self.llm, self.n, self.domain = llm, int(n), domain
-        self.max_tokens = int(max_tokens) if max_tokens is not None else 16 * self.n + 32
+        self.max_tokens = int(max_tokens) if max_tokens is not None else default_max_tokens(self.n)
         self.temperature, self.seed, self.meter_key = float(temperature), seed, meter_key
 
     @property

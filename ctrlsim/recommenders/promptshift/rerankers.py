@@ -1,11 +1,13 @@
-"""PromptShift's post-hoc rerankers B0-B3 (Gan & Dong, sections 4.5 and 5.3) as policies.
+"""PromptShift's post-hoc rerankers B0-B3 (Gan & Dong, sections 4.5 and 5.3), usable as env policies.
 
 A reranker maps one candidate pool - catalogue indices in LLM order
 (UNMATCHED_SLOT for an unmatched title, EMPTY_SLOT for an empty slot), the
 user's slice and prompt history - plus the slice table to a new order of the
 pool; as a `PromptShiftEnv` policy it returns that order as an action (one
 score per slot in [-1, 1], highest first). Candidate and history indices are
-slice-table rows (the slice table is built in catalogue order).
+slice-table rows (the slice table is built in catalogue order). It is pure
+ranking code (numpy and the metric module, no env or agent), so it sits with
+the protocol: validation selection (`selection`) runs it over stored lists.
 
     B0  Original      the LLM order.
     B1  All-user      score = alpha r_i + (1 - alpha) (1 - phi(i, *)), fixed alpha.
@@ -42,6 +44,7 @@ from ctrlsim.metrics.promptshift import (
     adaptive_alpha,
     retention_score,
 )
+from ctrlsim.recommenders.promptshift.defaults import K
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def arrange(candidates: np.ndarray, scores: np.ndarray | None, protected_prefix:
     return np.array(out, dtype=np.int64)
 
 
-def order_to_action(order: Sequence[int], n: int) -> np.ndarray:
+def order_to_action(order: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     """Scores in [-1, 1] whose descending sort (ties by slot) reproduces `order`; other slots get -1."""
     action = np.full(n, -1.0, dtype=np.float32)
     m = len(order)
@@ -248,7 +251,7 @@ def param_grid(grid: Mapping[str, Iterable] = PARAM_GRID,
 
 
 def select_params(evaluate: Callable[[RerankParams], Mapping[str, float]], baseline: Mapping[str, float], *,
-                  grid: Mapping[str, Iterable] = PARAM_GRID, k: int = 20,
+                  grid: Mapping[str, Iterable] = PARAM_GRID, k: int = K,
                   base: RerankParams = PAPER_PARAMS) -> tuple[RerankParams, list[dict]]:
     """Choose B3's parameters on validation data (the paper states no criterion).
 
