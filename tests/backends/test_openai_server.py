@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from llama_servers import free_port, start_server, wait_ready
 
 from ctrlsim.backends.bundled import bundled_llm_path
 from ctrlsim.backends.cache import ResponseCache
@@ -32,12 +30,6 @@ pytest.importorskip("openai")
 HELLO = [[{"role": "user", "content": "Say hello."}]]
 GOOD_REPLY = {"choices": [{"message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
               "usage": {"prompt_tokens": 5, "completion_tokens": 1}}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------- a scripted, misbehaving server
@@ -208,7 +200,7 @@ def test_model_is_read_from_the_server_when_not_given():
 
 def test_unreachable_server_makes_the_backend_unavailable():
     with pytest.raises(BackendUnavailableError, match="cannot reach http://127.0.0.1"):
-        OpenAICompatLLM(f"http://127.0.0.1:{_free_port()}/v1", retries=1, backoff=0.01)
+        OpenAICompatLLM(f"http://127.0.0.1:{free_port()}/v1", retries=1, backoff=0.01)
 
 
 def test_a_server_with_no_models_is_a_model_not_found():
@@ -240,29 +232,6 @@ def test_bad_options():
 
 # ------------------------------------------------------------------ real llama.cpp servers
 
-def _start_server(model, log_path):
-    port = _free_port()
-    log = open(log_path, "wb")  # a file, not a pipe: an unread pipe fills up and blocks the server
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-                             "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1",
-                             "--n_threads_batch", "1", "--n_ctx", "1024"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    return proc, log, f"http://127.0.0.1:{port}/v1"
-
-
-def _wait_ready(proc, url, log_path, deadline):
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/models", timeout=2) as resp:
-                json.loads(resp.read())
-            return
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail("llama_cpp.server exited: " + log_path.read_text()[-500:])
-            time.sleep(0.5)
-    pytest.fail(f"llama_cpp.server at {url} did not start in time")
-
-
 @pytest.fixture(scope="module")
 def two_slots(tmp_path_factory):
     """Two parallel slots serving smollm2-135m: llama-cpp-python's server answers one request at a
@@ -273,10 +242,10 @@ def two_slots(tmp_path_factory):
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
     folder = tmp_path_factory.mktemp("servers")
-    servers = [_start_server(model, folder / f"server{i}.log") for i in range(2)]
+    servers = [start_server(model, folder / f"server{i}.log") for i in range(2)]
     try:
         for i, (proc, _, url) in enumerate(servers):
-            _wait_ready(proc, url, folder / f"server{i}.log", time.time() + 120)
+            wait_ready(proc, url, folder / f"server{i}.log", time.time() + 120)
         yield [url for _, _, url in servers]
     finally:
         for proc, log, _ in servers:

@@ -119,3 +119,37 @@ def test_failed_units_are_retried_and_a_finished_run_resumes_to_nothing(name, tm
     assert set(again.records_by_key) == set(stored)
     assert (out / "records.jsonl").read_text() == lines  # nothing was appended
     assert again.tables  # the tables parse as DataFrames
+
+
+@pytest.mark.llm
+def test_a_run_whose_server_was_down_completes_in_the_same_folder_once_it_is_back(tmp_path, capsys):
+    """The reported case: ctrlbench against an OpenAI-compatible server that is not answering. The
+    episode that needs it fails (exit 1, not stored); the one that does not is kept; once a real
+    llama.cpp server answers at the same address, the same command runs exactly the failed episode."""
+    pytest.importorskip("llama_cpp.server", exc_type=ImportError)
+    from llama_servers import free_port, start_server, stop_server, wait_ready
+
+    from ctrlsim.backends.bundled import bundled_llm_path
+
+    port = free_port()
+    out = tmp_path / "run"
+    command = ["ctrlbench", "--methods", "random,base-small", "--recommenders", "popularity", "--targets",
+               "War", "--agents", "1,1", "--rounds", "1", "--llm", f"http://127.0.0.1:{port}/v1",
+               "--out", str(out), "--figures", "false"]
+    assert main(command) == 1
+    assert "base-small|popularity|War|seed=0: BackendUnavailableError" in capsys.readouterr().err
+    assert set(_stored(out)) == {"random|popularity|War|seed=0"}
+    kept = (out / "records.jsonl").read_text()
+    proc, log, url = start_server(bundled_llm_path(MODEL), tmp_path / "server.log", port=port)
+    try:
+        import time
+
+        wait_ready(proc, url, tmp_path / "server.log", time.time() + 120)
+        assert main(command) == 0, capsys.readouterr().err[-3000:]
+    finally:
+        stop_server(proc, log)
+    stored = _stored(out)
+    assert set(stored) == {"random|popularity|War|seed=0", "base-small|popularity|War|seed=0"}
+    assert (out / "records.jsonl").read_text().startswith(kept)  # the finished episode was not redone
+    episode = stored["base-small|popularity|War|seed=0"]
+    assert episode["llm"]["runtime"] == "openai-compatible" and episode["decisions"] >= 1 and not episode["dropped"]
