@@ -30,7 +30,13 @@ def page_id(page: Path) -> str:
     return page.relative_to(ROOT).as_posix()
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=page_id)
+def page_loads_llm(page: Path) -> bool:
+    """Whether a page's Python blocks load an LLM (their test then carries the `llm` mark)."""
+    return any("load_llm(" in body for body in blocks(page, "python"))
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=[pytest.mark.llm] if page_loads_llm(p) else [])
+                                  for p in PAGES if blocks(p, "python")], ids=page_id)
 def test_python_blocks_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     import matplotlib
@@ -63,8 +69,24 @@ def shell_commands() -> list[tuple[str, str]]:
     return found
 
 
+LLM_FLAGS = ("--llm", "--llms", "--model")
+
+
+def command_loads_llm(command: str) -> bool:
+    """Whether a documented command loads an LLM: it names one, or runs ctrlbench methods besides random."""
+    argv = shlex.split(command)
+    if any(arg in LLM_FLAGS for arg in argv):
+        return True
+    if argv[:2] != ["ctrlsim", "ctrlbench"]:
+        return False
+    methods = argv[argv.index("--methods") + 1].split(",") if "--methods" in argv else ["base-large"]
+    return set(methods) != {"random"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page, command", shell_commands(), ids=[c for _, c in shell_commands()])
+@pytest.mark.parametrize("page, command", [
+    pytest.param(page, command, marks=[pytest.mark.llm] if command_loads_llm(command) else [], id=command)
+    for page, command in shell_commands()])
 def test_shell_commands_run(page, command, tmp_path):
     argv = shlex.split(command)
     if argv[0] == "ctrlsim":

@@ -3,7 +3,8 @@
 A phase writes its artefacts first and its ledger entry last, so a killed run finds either a
 finished phase (entry present: load its artefacts) or an unfinished one (entry absent: run it
 again; its LLM calls come back from the response cache). The ledger (`phases.json`) also holds
-each phase's wall time and token use.
+each phase's wall time and token use. Rosters (`roster_g{g}.json`, `final_roster.json`) are stored
+as `roster_to_json` writes them.
 """
 
 from __future__ import annotations
@@ -11,14 +12,25 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from ctrlsim.atomic import atomic_write_bytes
 from ctrlsim.errors import DataFileError
 
+from ..persona import Persona
+
 LEDGER = "phases.json"
+FINAL_ROSTER = "final_roster.json"
+
+
+def roster_to_json(personas: Sequence[Persona], **extra) -> dict:
+    return {**extra, "personas": [p.to_dict() for p in personas]}
+
+
+def roster_from_json(data: dict) -> list[Persona]:
+    return [Persona.from_dict(d) for d in data["personas"]]
 
 
 class ArtefactFolder:

@@ -185,8 +185,8 @@ def test_settings_validate():
 
 
 def test_evolve_flags_build_a_validated_config(tmp_path):
-    from ctrlsim.experiments.config import RunOptions, config_from_args
     from ctrlsim.experiments.commands import build_parser
+    from ctrlsim.experiments.config import RunOptions, config_from_args
     from ctrlsim.experiments.evolve import RUNNER, EvolveConfig, run_evolve
 
     args = build_parser(RUNNER).parse_args(

@@ -19,6 +19,7 @@ def test_meter_per_key_and_total():
     assert set(meter.by_key()) == {"p1", "p2"}
 
 
+@pytest.mark.llm
 def test_cached_replay_is_identical_and_does_not_call_the_model(tmp_path, llm_or_skip):
     llm = llm_or_skip("smollm2-135m", cache=tmp_path / "cache.sqlite")
     first = llm.chat([CONV], max_tokens=10, temperature=0.9, seed=7)[0]
@@ -36,6 +37,7 @@ def test_cached_replay_is_identical_and_does_not_call_the_model(tmp_path, llm_or
     assert again.completion_tokens == first.completion_tokens  # replays still count their tokens
 
 
+@pytest.mark.llm
 def test_cache_persists_across_instances_and_separates_parameters(tmp_path, llm_or_skip):
     path = tmp_path / "cache.sqlite"
     llm = llm_or_skip("smollm2-135m", cache=path)
@@ -47,12 +49,14 @@ def test_cache_persists_across_instances_and_separates_parameters(tmp_path, llm_
     assert again.cached and again.text == a.text
 
 
+@pytest.mark.llm
 def test_seeded_sampling_replays_without_cache(smol):
     a = smol.chat([CONV], max_tokens=12, temperature=1.0, seed=11)[0].text
     b = smol.chat([CONV], max_tokens=12, temperature=1.0, seed=11)[0].text
     assert a == b
 
 
+@pytest.mark.llm
 def test_bad_calls_raise_typed_errors(smol):
     with pytest.raises(ConfigError, match="batch"):
         smol.chat(CONV)

@@ -20,6 +20,7 @@ def rating_prompt(item):
                                         f"the movie {item}? Rate it from 0 (not at all) to 5 (very much)."}]
 
 
+@pytest.mark.llm
 def test_rate_puts_scifi_above_romcom_for_scifi_fan(qwen05):
     scifi = qwen05.rate([rating_prompt(i) for i in SCIFI])
     romcom = qwen05.rate([rating_prompt(i) for i in ROMCOM])
@@ -27,6 +28,7 @@ def test_rate_puts_scifi_above_romcom_for_scifi_fan(qwen05):
     assert scifi.mean() > romcom.mean()
 
 
+@pytest.mark.llm
 @pytest.mark.slow
 def test_rate_separates_clearly_on_default_model(llm_or_skip):
     llm = llm_or_skip("qwen2.5-1.5b")
@@ -36,6 +38,7 @@ def test_rate_separates_clearly_on_default_model(llm_or_skip):
     assert scifi.min() > romcom.max()
 
 
+@pytest.mark.llm
 def test_chat_follows_one_word_instruction(qwen05):
     question = "What is the capital of France? Answer with exactly one word."
     reply = qwen05.chat([[{"role": "user", "content": question}]],
@@ -44,6 +47,7 @@ def test_chat_follows_one_word_instruction(qwen05):
     assert reply.completion_tokens >= 1
 
 
+@pytest.mark.llm
 def test_token_counts_add_up_across_a_batch(smol):
     smol.meter.reset()
     convs = [[{"role": "user", "content": f"Count to {n}."}] for n in (2, 3, 4)]
@@ -59,6 +63,7 @@ def test_token_counts_add_up_across_a_batch(smol):
     assert smol.meter.total.calls == 4 and len(ratings) == 1
 
 
+@pytest.mark.llm
 @pytest.mark.parametrize("n_parallel", [1, 16])
 def test_prefix_reuse_gives_the_same_ratings_with_fewer_evaluated_tokens(smol, n_parallel):
     prompts = [rating_prompt(i) for i in SCIFI + ROMCOM]
@@ -82,6 +87,7 @@ def test_prefix_reuse_gives_the_same_ratings_with_fewer_evaluated_tokens(smol, n
     assert reused_cost < 0.5 * full_cost
 
 
+@pytest.mark.llm
 def test_generate_and_parse_rating_is_seeded_and_parses(smol):
     convs = [rating_prompt(i) for i in SCIFI[:3]]
     a, texts = smol.rate_by_generation(convs, rng=np.random.default_rng(0))

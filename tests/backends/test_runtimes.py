@@ -57,6 +57,7 @@ def llama_server(tmp_path_factory):
     log.close()
 
 
+@pytest.mark.llm
 def test_openai_compatible_backend_against_real_server(llama_server):
     llm = load_llm(llama_server)
     assert llm.identity["runtime"] == "openai-compatible"
@@ -74,6 +75,7 @@ def test_openai_compatible_unreachable_server_is_a_clear_error():
         load_llm(f"http://127.0.0.1:{_free_port()}/v1")
 
 
+@pytest.mark.llm
 @pytest.mark.slow
 def test_transformers_runtime_on_bundled_gguf(llm_or_skip):
     llm = llm_or_skip("transformers:smollm2-135m")
@@ -83,6 +85,7 @@ def test_transformers_runtime_on_bundled_gguf(llm_or_skip):
     assert r.shape == (2,) and np.all((r >= 0) & (r <= 5)) and r[0] == pytest.approx(r[1])
 
 
+@pytest.mark.llm
 def test_vllm_runtime_or_clear_skip():
     reason = gpu_unavailable_reason()
     if reason:
@@ -126,6 +129,7 @@ def test_gpu_layers_env_is_validated(monkeypatch):
             default_gpu_layers()
 
 
+@pytest.mark.llm
 def test_gpu_offload_on_a_cpu_build_is_a_config_error(monkeypatch):
     """Asking a CPU build of llama.cpp for GPU layers fails loudly instead of running on the CPU."""
     llama_cpp = pytest.importorskip("llama_cpp")

@@ -152,4 +152,5 @@ def test_a_run_whose_server_was_down_completes_in_the_same_folder_once_it_is_bac
     assert set(stored) == {"random|popularity|War|seed=0", "base-small|popularity|War|seed=0"}
     assert (out / "records.jsonl").read_text().startswith(kept)  # the finished episode was not redone
     episode = stored["base-small|popularity|War|seed=0"]
-    assert episode["llm"]["runtime"] == "openai-compatible" and episode["decisions"] >= 1 and not episode["dropped"]
+    assert episode["llm"]["runtime"] == "openai-compatible"
+    assert episode["decisions"] >= 1 and not episode["dropped"]

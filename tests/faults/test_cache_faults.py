@@ -50,6 +50,7 @@ def test_damaged_pages_are_found_on_read_and_the_cache_starts_fresh(tmp_path):
     assert cache.get_many(["fresh"]) == {"fresh": {"ok": True}}
 
 
+@pytest.mark.llm
 def test_non_json_value_is_deleted_and_recomputed(tmp_path, smol):
     path = tmp_path / "responses.sqlite"
     cache = ResponseCache(path)
@@ -69,6 +70,7 @@ def test_non_json_value_is_deleted_and_recomputed(tmp_path, smol):
         cache.close()
 
 
+@pytest.mark.llm
 def test_json_value_of_the_wrong_shape_is_recomputed(tmp_path, smol):
     path = tmp_path / "responses.sqlite"
     cache = ResponseCache(path)

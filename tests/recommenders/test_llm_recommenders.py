@@ -23,6 +23,7 @@ def pools(ml100k):
     return horror, horror[:10] + romance[:10]
 
 
+@pytest.mark.llm
 def test_nl_profile_llm_ranker_follows_the_profile(ml100k, qwen05, pools):
     horror, pool = pools
     # Item text is tag-free by default (SteerEval); from titles alone qwen2.5-0.5b puts only 4 of 10
@@ -33,6 +34,7 @@ def test_nl_profile_llm_ranker_follows_the_profile(ml100k, qwen05, pools):
     assert rec.identity["llm"]["model"] == "qwen2.5-0.5b" and rec.identity["rating"] == "digits"
 
 
+@pytest.mark.llm
 def test_nl_profile_embedding_ranker_and_generated_profile(ml100k, smol, minilm, pools):
     horror, pool = pools
     rec = make_recommender("nl-profile", ml100k, llm=smol, ranker="embedding", encoder=minilm)
@@ -47,6 +49,7 @@ def test_nl_profile_embedding_ranker_and_generated_profile(ml100k, smol, minilm,
         rec.recommend([UserState()], 5, candidates=pool)
 
 
+@pytest.mark.llm
 def test_nl_profile_generate_and_parse_option(ml100k, smol, pools):
     _, pool = pools
     rec = make_recommender("nl-profile", ml100k, llm=smol, rating="generate")
@@ -62,6 +65,7 @@ def test_profile_prompt_follows_steereval(ml100k):
     assert "5-6 sentences" in PROFILE_PARAGRAPH
 
 
+@pytest.mark.llm
 def test_keyword_bm25_follows_a_horror_history(ml100k, qwen05, pools):
     horror, _ = pools
     rec = make_recommender("keyword-bm25", ml100k, llm=qwen05)
