@@ -98,7 +98,7 @@ class UnitsFailed(CtrlsimError, RuntimeError):
 
 
 def check_llm_fields(runner: Runner, config: Any, resources: Mapping[str, Any]) -> None:
-    """Every LLM spec the config names can be loaded in principle (nothing is loaded here)."""
+    """Every LLM and encoder spec the config names can be loaded in principle (nothing loads here)."""
     from ctrlsim.backends.spec_check import check_llm_spec
 
     for name in runner.llm_fields:
@@ -108,6 +108,16 @@ def check_llm_fields(runner: Runner, config: Any, resources: Mapping[str, Any]) 
             if spec is None or spec in resources:
                 continue
             check_llm_spec(spec, name=name)
+    if runner.encoder_fields:
+        from ctrlsim.backends.encoders import resolve_encoder_spec
+
+        for name in runner.encoder_fields:
+            spec = getattr(config, name)
+            if spec is not None and spec not in resources:
+                try:
+                    resolve_encoder_spec(spec)
+                except CtrlsimError as exc:
+                    raise type(exc)(f"{name}: {exc}") from None
 
 
 def _finished(store) -> dict[str, dict]:

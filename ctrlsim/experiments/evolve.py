@@ -351,7 +351,8 @@ def _figures(ctx: RunContext, records) -> None:
 RUNNER = Runner(name="evolve", config_cls=EvolveConfig, description=__doc__, unit_fn=evaluation_unit,
                 plan=_plan, report=_report, figures=_figures, check=_check, prepare=_prepare,
                 payload=_payload,
-                extensible=("levels",), llm_fields=("llm",), default_out=DEFAULT_OUT, unit_name="evaluations")
+                extensible=("levels",), llm_fields=("llm",), encoder_fields=("encoder",),
+                default_out=DEFAULT_OUT, unit_name="evaluations")
 
 
 def run_evolve(config: EvolveConfig, options: RunOptions | None = None, *, show_progress: bool = True,

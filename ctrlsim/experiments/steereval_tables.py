@@ -213,7 +213,7 @@ def _figures(ctx: RunContext, records) -> None:
 RUNNER = Runner(name="steereval", config_cls=SteerEvalConfig, description=__doc__,
                 unit_fn=run_steereval_unit, plan=_plan, report=_report, figures=_figures, check=_check,
                 prepare=_prepare, payload=_payload, extensible=("conditions",), llm_fields=("llm",),
-                default_out=DEFAULT_OUT, unit_name="episodes")
+                encoder_fields=("encoder",), default_out=DEFAULT_OUT, unit_name="episodes")
 
 
 def run_steereval(config: SteerEvalConfig, options: RunOptions | None = None, *, llm=None,

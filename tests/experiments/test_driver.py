@@ -114,3 +114,32 @@ def test_markdown_tables_parse_by_hand():
     assert list(tables) == ["One", "One (2)"]
     assert tables["One"].to_dict("list") == {"a": ["x", "y"], "b": [1.5, "-"]}
     assert tables["One (2)"]["c"].tolist() == [2.0]
+
+
+@pytest.mark.parametrize("command, message", [
+    (["promptshift", "--llms", "smollm2-135m,/no/such/model.gguf"],
+     "llms: no model file or folder at /no/such"),
+    (["ctrlbench", "--llm", "no-such-model"], "llm: 'no-such-model' is not a bundled LLM"),
+    (["steereval", "--llm", "openai:qwen"], "the openai runtime needs an http(s) URL"),
+    (["evolve", "--encoder", "no-such-encoder"], "encoder: unknown encoder 'no-such-encoder'"),
+    (["steereval", "--encoder", "no-such-encoder"], "encoder: unknown encoder 'no-such-encoder'"),
+])
+def test_model_specs_that_can_only_fail_are_refused_before_anything_runs(command, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*command, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()  # refused before the run folder was made
+
+
+def test_llm_spec_check_by_hand(tmp_path):
+    from ctrlsim.backends.spec_check import check_llm_spec
+    from ctrlsim.errors import ModelNotFoundError
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"")
+    for good in ("smollm2-135m", "http://127.0.0.1:9/v1#m", f"llamacpp:{model}", "org/name", str(model)):
+        check_llm_spec(good)
+    for bad, error in (("", ConfigError), ("http://", ConfigError), ("qwen-7b", ModelNotFoundError),
+                       (str(tmp_path / "absent.gguf"), ModelNotFoundError), ("llamacpp:", ConfigError)):
+        with pytest.raises(error):
+            check_llm_spec(bad)
