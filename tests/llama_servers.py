@@ -21,13 +21,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: Path, log_path: Path, port: int | None = None):
+def start_server(model: Path, log_path: Path, port: int | None = None, n_ctx: int = 1024):
     """(process, log file, base URL) of a llama.cpp server for `model` on 127.0.0.1."""
     port = port or free_port()
     log = open(log_path, "wb")  # a file, not a pipe: an unread pipe fills up and blocks the server
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model),
                              "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1",
-                             "--n_threads_batch", "1", "--n_ctx", "1024"],
+                             "--n_threads_batch", "1", "--n_ctx", str(n_ctx)],
                             stdout=log, stderr=subprocess.STDOUT)
     return proc, log, f"http://127.0.0.1:{port}/v1"
 

@@ -1,25 +1,15 @@
 """The other runtimes, each against a real model: OpenAI-compatible server, transformers, vLLM."""
-import json
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 
 import numpy as np
 import pytest
+from llama_servers import free_port, start_server, stop_server, wait_ready
 
 from ctrlsim.backends import load_llm
 from ctrlsim.backends.bundled import bundled_llm_path
 from ctrlsim.backends.specs import parse_spec
 from ctrlsim.backends.vllm_backend import gpu_unavailable_reason
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelNotFoundError
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -30,31 +20,13 @@ def llama_server(tmp_path_factory):
         model = bundled_llm_path("smollm2-135m")
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("server") / "server.log"
-    log = open(log_path, "wb")  # a file, not a pipe: an unread pipe fills up and blocks the server
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-                             "--host", "127.0.0.1",
-                             "--port", str(port), "--n_threads", "1", "--n_ctx", "2048"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/models", timeout=2) as resp:
-                json.loads(resp.read())
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail("llama_cpp.server exited: " + log_path.read_text()[-500:])
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("llama_cpp.server did not start within 60 s")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
-    log.close()
+    proc, log, url = start_server(model, log_path, n_ctx=2048)
+    try:
+        wait_ready(proc, url, log_path, time.time() + 60)
+        yield url
+    finally:
+        stop_server(proc, log)
 
 
 @pytest.mark.llm
@@ -72,7 +44,7 @@ def test_openai_compatible_unreachable_server_is_a_clear_error():
     from ctrlsim.errors import ModelError
 
     with pytest.raises(ModelError, match="cannot reach"):
-        load_llm(f"http://127.0.0.1:{_free_port()}/v1")
+        load_llm(f"http://127.0.0.1:{free_port()}/v1")
 
 
 @pytest.mark.llm
