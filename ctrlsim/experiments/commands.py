@@ -28,8 +28,12 @@ def build_parser(runner: Runner) -> argparse.ArgumentParser:
     if runner.presets:
         parser.add_argument("--preset", choices=sorted(runner.presets), default=argparse.SUPPRESS,
                             help="start from a preset; flags given as well override it")
-    if runner.default_out:
-        parser.set_defaults(out=runner.default_out)
+    default_out = str(runner.out_for(RunOptions()))
+    parser.set_defaults(out=default_out)
+    for action in parser._actions:  # the shared help text cannot know each runner's folder
+        if action.dest == "out":
+            action.help = ("run folder (config.json, records.jsonl, tables.md, figures/); rerun to resume, "
+                           f"add seeds/methods/... to extend [default: {default_out}]")
     return parser
 
 
