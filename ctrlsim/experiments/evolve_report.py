@@ -136,8 +136,19 @@ def render_tables(
                        tablefmt="github")
             + f"\nPopularity of liked items (eq. 3): {_fmt(evaluation['interaction_popularity'], 1)} "
             f"(catalogue mean {_fmt(evaluation['catalogue_popularity'], 1)})\n"
+            + probe_failures_line(evaluation.get("trace", {}).get("probes", []))
         )
     return "\n".join(parts)
+
+
+def probe_failures_line(probes: list[dict]) -> str:
+    """The probes' own failures in the evaluation: skipped rounds (unparseable replies), dropped probes."""
+    decisions = sum(p.get("stats", {}).get("decisions", 0) for p in probes)
+    failures = sum(p.get("stats", {}).get("parse_failures", 0) for p in probes)
+    dropped = sum(1 for p in probes if p.get("dropped"))
+    share = f"{100 * failures / decisions:.1f}%" if decisions else "-"
+    return (f"Probe failures: {failures} of {decisions} decisions unparseable ({share}, skipped rounds); "
+            f"{dropped} of {len(probes)} probes dropped\n")
 
 
 def save_figures(folder, generations: list[dict], evaluation: dict | None) -> None:
