@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ctrlsim.experiments.curves import CURVES, round_curves  # noqa: F401 - re-exported for callers
+from ctrlsim.agents.episode import CURVES, round_curves  # noqa: F401 - re-exported for callers
 
 
 def _labels(records: Mapping[str, dict]) -> dict[str, str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from ctrlsim.experiments.curves import round_curves
+from ctrlsim.agents.episode import round_curves
 
 
 def evaluate_roster(
