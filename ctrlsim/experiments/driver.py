@@ -151,14 +151,19 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
         # The tables cover everything in the folder: after an extension, the union config.
         report_ctx = ctx if folder.config == identity else replace(
             ctx, config=runner.config_from_identity(folder.config))
-        last_tables = [time.perf_counter()]
+        # (when tables.md was last written, how long building it took)
+        last_tables = [time.perf_counter(), 0.0]
 
         def write_tables(force: bool = False) -> str:
-            if not force and time.perf_counter() - last_tables[0] < TABLES_EVERY_S:
+            # A report that is slow to build (PromptShift selects thresholds on validation) is
+            # rebuilt less often, so it never costs more than about a tenth of the run.
+            wait = max(TABLES_EVERY_S, 10 * last_tables[1])
+            if not force and time.perf_counter() - last_tables[0] < wait:
                 return ""
-            last_tables[0] = time.perf_counter()
+            began = time.perf_counter()
             text = runner.report(report_ctx, _finished(store))
             folder.write_tables(text)
+            last_tables[:] = [time.perf_counter(), time.perf_counter() - began]
             return text
 
         def on_record(key: str, record: dict) -> None:
