@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ctrlsim.errors import ConfigError, DataFileError
-from ctrlsim.experiments.config import RunOptions, config_from_args, config_to_dict, runner_parser
+from ctrlsim.experiments.config import (
+    RunOptions,
+    _parse_bool,
+    config_from_args,
+    config_to_dict,
+    runner_parser,
+)
 from ctrlsim.experiments.runner import Runner, get_runner
 
 
@@ -97,15 +103,10 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", help="run folders of one runner")
     parser.add_argument("--out", default=None, help="where the merged tables and figures go (needed with "
                                                     "several runs; default: rewrite the one run's own)")
-    parser.add_argument("--figures", type=_bool, default=True, help="write figures/*.png [default: true]")
+    parser.add_argument("--figures", type=_parse_bool, default=True,
+                        help="write figures/*.png [default: true]")
     args = parser.parse_args(argv)
     markdown, out = rebuild_report(args.runs, out=args.out, figures=args.figures)
     print(markdown)
     print(f"\nreport: {out}", file=sys.stderr)
     return 0
-
-
-def _bool(text: str) -> bool:
-    from ctrlsim.experiments.config import _parse_bool
-
-    return _parse_bool(text)

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 from ctrlsim.atomic import atomic_write_text
 from ctrlsim.errors import ConfigError, DataFileError
+from ctrlsim.experiments.units import is_failure
 
 REPAIR_MARKER = {"repair": "the line above was cut short by an interruption and is ignored"}
 
@@ -91,7 +92,7 @@ class ResultStore:
             if not isinstance(row, dict) or "key" not in row or "record" not in row:
                 raise DataFileError(self.path, f"line {n} is not a record "
                                                 "({{\"key\": ..., \"record\": ...}})")
-            if not (isinstance(row["record"], dict) and _is_failure(row["record"])):
+            if not (isinstance(row["record"], dict) and is_failure(row["record"])):
                 # Failure records (older versions stored some) are not results: the unit runs again.
                 self._records.setdefault(str(row["key"]), row["record"])
         self._needs_repair = torn_tail
@@ -219,10 +220,6 @@ def read_run_records(path: str | Path) -> tuple[dict, dict[str, dict]]:
         if isinstance(row, dict) and set(row) == {"extend"}:
             config = row["extend"]
         elif isinstance(row, dict) and "key" in row and isinstance(row.get("record"), dict) \
-                and not _is_failure(row["record"]):
+                and not is_failure(row["record"]):
             records.setdefault(str(row["key"]), row["record"])
     return config, records
-
-
-def _is_failure(record: dict) -> bool:
-    return bool(record.get("failed")) and "error" in record
