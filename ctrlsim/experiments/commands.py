@@ -69,7 +69,7 @@ def config_from_cli(runner: Runner, args: argparse.Namespace) -> Any:
     preset = getattr(args, "preset", None)
     if preset:
         base.update(runner.presets[preset])
-    given = {k for k in vars(args)}
+    given = set(vars(args))
     return config_from_args(runner.config_cls, args, **{k: v for k, v in base.items() if k not in given})
 
 

@@ -187,18 +187,15 @@ def _cache_file(name: str) -> Path:
 
 
 def _dataset(config: CtrlBenchConfig):
-    from ctrlsim.data import load_dataset
-    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.experiments.units import cached_dataset
 
-    return worker_cache(f"dataset:{config.dataset}", lambda: load_dataset(config.dataset))
+    return cached_dataset(config.dataset)
 
 
 def _llm(config: CtrlBenchConfig):
-    from ctrlsim.backends import load_llm
-    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.experiments.units import cached_llm
 
-    cache = _cache_file("llm-responses.sqlite") if config.cache else None
-    return worker_cache(f"llm:{config.llm}:{cache}", lambda: load_llm(config.llm, cache=cache))
+    return cached_llm(config.llm, _cache_file("llm-responses.sqlite") if config.cache else None)
 
 
 def _recommender(config: CtrlBenchConfig, box: str):

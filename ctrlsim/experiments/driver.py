@@ -97,7 +97,7 @@ class UnitsFailed(CtrlsimError, RuntimeError):
         super().__init__("; ".join(f"{k}: {v}" for k, v in self.failed.items()))
 
 
-def check_llm_fields(runner: Runner, config: Any, resources: Mapping[str, Any]) -> None:
+def check_model_fields(runner: Runner, config: Any, resources: Mapping[str, Any]) -> None:
     """Every LLM and encoder spec the config names can be loaded in principle (nothing loads here)."""
     from ctrlsim.backends.spec_check import check_llm_spec
 
@@ -120,12 +120,6 @@ def check_llm_fields(runner: Runner, config: Any, resources: Mapping[str, Any]) 
                     raise type(exc)(f"{name}: {exc}") from None
 
 
-def _finished(store) -> dict[str, dict]:
-    """The stored records: only finished units are ever stored (the store skips older folders'
-    failure records when it loads them)."""
-    return dict(store.records())
-
-
 def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, show_progress: bool = True,
           resources: Mapping[str, Any] | None = None, max_units: int | None = None) -> RunResult:
     """Run, resume or extend `config` with `runner` (see the module docstring); never raises for
@@ -139,7 +133,7 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     check_output_dir(out)
     resources = dict(resources or {})
     ctx = RunContext(runner, config, options, show_progress=show_progress, resources=resources)
-    check_llm_fields(runner, config, resources)
+    check_model_fields(runner, config, resources)
     runner.check(ctx)
     identity = runner.identity(ctx)
     failed: dict[str, str] = {}
@@ -161,13 +155,15 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
             if not force and time.perf_counter() - last_tables[0] < wait:
                 return ""
             began = time.perf_counter()
-            text = runner.report(report_ctx, _finished(store))
+            text = runner.report(report_ctx, dict(store.records()))
             folder.write_tables(text)
             last_tables[:] = [time.perf_counter(), time.perf_counter() - began]
             return text
 
         def on_record(key: str, record: dict) -> None:
             nonlocal ran
+            # Only finished units are ever stored (the store also skips older folders' failure
+            # records when it loads them), so the store's records are the finished ones.
             if is_failure(record):  # never stored: a rerun retries the unit
                 failed[key] = record["error"]
                 return
@@ -188,7 +184,7 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                     failed.update(exc.failed)
                     waves = False
             while waves:
-                finished = _finished(store)
+                finished = dict(store.records())
                 wave = list(runner.plan(ctx, finished))
                 planned.update(wave)
                 todo = [k for k in wave if k not in finished and k not in failed]
@@ -204,7 +200,7 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
             if executor is not None:
                 executor.close()
         markdown = write_tables(force=True)
-        records = _finished(store)
+        records = dict(store.records())
         if options.figures and records:
             runner.figures(report_ctx, records)
         stored_config = dict(folder.config)

@@ -173,10 +173,6 @@ def _record_phases(folder, phases: dict) -> None:
 # ----------------------------------------------------------------------------- the runner
 
 
-def _llm_cache_name(spec: str, cache: str) -> str:
-    return f"llm:{spec}|cache:{cache}"
-
-
 def _check(ctx: RunContext) -> None:
 
     ctx.state["target_items"] = _check_inputs(ctx.config, _dataset(ctx.config))
@@ -202,14 +198,14 @@ def _evolve(ctx: RunContext) -> None:
     from ctrlsim.agents.evolution import EvolutionLoop, EvolutionSettings
     from ctrlsim.backends import resolve_llm
     from ctrlsim.envs import make_task
-    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.experiments.units import provide_llm
 
     config, folder = ctx.config, ctx.folder
     assert folder is not None
     cache = str(folder.file("llm-cache.sqlite").resolve())
     llm = resolve_llm(ctx.resources.get("llm") or config.llm, cache=cache)
     # The evaluation units find the same LLM object when they run in this process.
-    worker_cache(_llm_cache_name(config.llm, cache), lambda: llm)
+    provide_llm(config.llm, cache, llm)
     dataset = _dataset(config)
     recommender = _recommender(config)
     task = make_task("target-discovery", dataset, target=list(config.target))
@@ -248,10 +244,9 @@ def _evolve(ctx: RunContext) -> None:
 
 def _dataset(config: EvolveConfig):
     """The dataset, once per process: the loop's task and the black box must share one object."""
-    from ctrlsim.data import load_dataset
-    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.experiments.units import cached_dataset
 
-    return worker_cache(f"dataset:{config.dataset}", lambda: load_dataset(config.dataset))
+    return cached_dataset(config.dataset)
 
 
 def _recommender(config: EvolveConfig):
@@ -283,14 +278,12 @@ class EvaluationUnit:
 def evaluation_unit(unit: EvaluationUnit, key: str) -> dict:
     """Unit "evaluate" (Task 1 rounds of the super probes) or "level/<name>" (a Task 2 level)."""
     from ctrlsim.agents.persona import Persona
-    from ctrlsim.backends import load_llm
     from ctrlsim.experiments.evolve_eval import evaluate_level, evaluate_roster
-    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.experiments.units import cached_llm
 
     config = unit.config
     personas = [Persona.from_dict(p) for p in unit.final]
-    llm = worker_cache(_llm_cache_name(config.llm, unit.cache),
-                       lambda: load_llm(config.llm, cache=unit.cache))
+    llm = cached_llm(config.llm, unit.cache)
     recommender, decisions = _recommender(config), _decisions(config)
     if key == "evaluate":
         return evaluate_roster(config, personas, recommender, llm, decisions, set(unit.target_items),

@@ -34,13 +34,10 @@ def fuse_cluster_unit(config: FusionUnitConfig, key: str) -> dict:
     replies are the same, only paid again).
     """
     from ctrlsim.agents.evolution.cluster_unit import FusionJob, fuse_cluster
-    from ctrlsim.backends import load_llm
-    from ctrlsim.data import load_dataset
-    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.experiments.units import cached_dataset, cached_llm
 
     cache = config.cache if config.cache and Path(config.cache).parent.is_dir() else None
-    llm = worker_cache(f"llm:{config.llm}|cache:{cache}", lambda: load_llm(config.llm, cache=cache))
-    dataset = worker_cache(f"dataset:{config.dataset}", lambda: load_dataset(config.dataset))
+    llm, dataset = cached_llm(config.llm, cache), cached_dataset(config.dataset)
     return fuse_cluster(llm, dataset, config.job, FusionJob.cluster_of(key))
 
 

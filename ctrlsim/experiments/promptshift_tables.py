@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ctrlsim.backends import LLM, load_llm
+from ctrlsim.backends import LLM
 from ctrlsim.backends.specs import parse_spec
 from ctrlsim.data import load_dataset
 from ctrlsim.data.splits import AGE_GROUPS, SCENARIOS
@@ -39,6 +39,7 @@ from ctrlsim.experiments.executor import worker_cache
 from ctrlsim.experiments.promptshift_report import figures, format_tables, macro_table, summarise
 from ctrlsim.experiments.runfolder import software_versions
 from ctrlsim.experiments.runner import RunContext, Runner
+from ctrlsim.experiments.units import cached_llm, provide_llm
 from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
 from ctrlsim.recommenders.promptshift.defaults import (
     AUTO,
@@ -203,10 +204,6 @@ def protocol_choices(cfg: PromptShiftConfig, data: PromptShiftData) -> dict:
 
 
 # --------------------------------------------------------------------- units
-def llm_cache_name(spec: str, cache: str | None) -> str:
-    return f"llm:{spec}:{cache}"
-
-
 def _engine(cfg: PromptShiftConfig, data: PromptShiftData, llm: str | LLM, users=None) -> PromptShiftEngine:
     # A fixed threshold matches from the start; otherwise validation selection moves it.
     match_threshold = MATCH_THRESHOLD if cfg.match_threshold is None else cfg.match_threshold
@@ -220,8 +217,7 @@ def generate_user_lists(cfg: PromptShiftConfig, key: str) -> dict:
     """Unit of work "<llm>/<user>": the user's L^0, P1-P3 and one cued list per scenario."""
     llm_spec, _, user = key.rpartition("/")
     data = build_data(cfg)
-    llm = worker_cache(llm_cache_name(llm_spec, cfg.llm_cache),
-                       lambda: load_llm(llm_spec, cache=cfg.llm_cache))
+    llm = cached_llm(llm_spec, cfg.llm_cache)
     engine = _engine(cfg, data, llm, users=[user])
     lists, usage = engine.lists_for(user, engine.user_conditions(user))
     return {"user": user, "llm": llm.identity, "lists": [c.generated.to_dict() for c in lists],
@@ -231,10 +227,6 @@ def generate_user_lists(cfg: PromptShiftConfig, key: str) -> dict:
 def _generated(d: Mapping) -> GeneratedList:
     return GeneratedList(d["condition"], list(d["titles"]), d["text"], d["prompt_tokens"],
                          d["completion_tokens"], d.get("raw_count", 0), d.get("error"))
-
-
-def _returning(value):
-    return lambda: value
 
 
 # ----------------------------------------------------------------------- the runner
@@ -263,7 +255,7 @@ def _prepare(ctx: RunContext) -> None:
     ctx.folder.write_json("config.json", {"runner": "promptshift", "config": ctx.folder.config,
                                           "choices": ctx.state["choices"], "software": software_versions()})
     for name, obj in ctx.resources.get("llms", {}).items():
-        worker_cache(llm_cache_name(name, ctx.config.llm_cache), _returning(obj))
+        provide_llm(name, ctx.config.llm_cache, obj)
 
 
 def _plan(ctx: RunContext, finished) -> list[str]:

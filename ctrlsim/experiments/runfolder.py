@@ -51,9 +51,8 @@ class RunFolder:
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"output {str(self.path)!r} is a file, not a folder")
         self.path.mkdir(parents=True, exist_ok=True)
-        config = json.loads(json.dumps(config, default=_jsonable))
         self.store = ResultStore(self.path / "records.jsonl", config, overwrite=overwrite,
-                                 extensible=extensible)
+                                 extensible=extensible)  # the store normalises the config
         self.config = self.store.config  # after an extension: the union of the stored and the asked-for
         # `about`: what else config.json says of the run (the runner's name, open choices).
         self.write_json("config.json", {**(about or {}), "config": self.config,

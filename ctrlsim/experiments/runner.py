@@ -46,11 +46,6 @@ class RunContext:
     # Live objects passed through the Python API (tests and benchmarks share a loaded LLM).
     resources: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def out(self) -> Path:
-        assert self.folder is not None, "the run folder is open only inside the driver"
-        return self.folder.path
-
 
 def _config_identity(ctx: RunContext) -> dict:
     from ctrlsim.experiments.config import config_to_dict

@@ -51,7 +51,6 @@ from ctrlsim.experiments.steereval_units import (  # noqa: F401 - re-exported: t
     PAPER_CONDITIONS,
     Condition,
     SteerEvalUnit,
-    llm_cache_name,
     make_env,
     measure_unit,
     prepare_dataset,
@@ -177,9 +176,9 @@ def _prepare(ctx: RunContext) -> None:
             print(f"  {key}: {value}")
     llm = ctx.resources.get("llm")
     if llm is not None:  # a loaded LLM (benchmarks, tests) serves the units of this process
-        from ctrlsim.experiments.executor import worker_cache
+        from ctrlsim.experiments.units import provide_llm
 
-        worker_cache(llm_cache_name(ctx.config.llm, _cache_path(ctx)), lambda: llm)
+        provide_llm(ctx.config.llm, _cache_path(ctx), llm)
 
 
 def _cache_path(ctx: RunContext) -> str:

@@ -108,11 +108,6 @@ def measure_unit(env, policy, model, cond_name: str, sc, owners: dict[tuple, str
     return record
 
 
-def llm_cache_name(spec: str, cache: str) -> str:
-    """The worker-cache name of the LLM a unit uses (the driver may place a loaded one there)."""
-    return f"llm:{spec}:{cache}"
-
-
 @dataclass(frozen=True)
 class SteerEvalUnit:
     """What a ray worker needs besides the unit key: the run's config and the run folder's LLM cache."""
@@ -137,8 +132,8 @@ def run_steereval_unit(unit: SteerEvalUnit, key: str) -> dict:
     cache when another unit already paid for it) and keeps the parts it owns, as the local loop does.
     """
     from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend
-    from ctrlsim.backends import load_llm
     from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.experiments.units import cached_llm
 
     config = unit.config
     data, units, owners = worker_cache(f"steereval-plan:{config!r}", lambda: _unit_plan(config))
@@ -146,8 +141,7 @@ def run_steereval_unit(unit: SteerEvalUnit, key: str) -> dict:
         raise ConfigError(f"unknown steereval unit {key!r} for this config")
     cond_name, sc = units[key]
     cond = CONDITIONS[cond_name]
-    model = worker_cache(llm_cache_name(config.llm, unit.llm_cache),
-                         lambda: load_llm(config.llm, cache=unit.llm_cache))
+    model = cached_llm(config.llm, unit.llm_cache)
     policies = {"llm-append": LLMAppend, "llm-rewrite": LLMRewrite}
     policy = policies[cond.intervention](model) if cond.intervention in policies \
         else TemplateAppend(cond.emphasis)

@@ -91,6 +91,30 @@ def worker_cache(name: str, factory: Callable[[], Any]):
     return _CACHE.get(name, factory)
 
 
+def cached_dataset(spec: str):
+    """The dataset `spec`, loaded once per process (every runner's units share one object)."""
+    from ctrlsim.data import load_dataset
+
+    return worker_cache(f"dataset:{spec}", lambda: load_dataset(spec))
+
+
+def _llm_name(spec: str, cache: str | Path | None) -> str:
+    return f"llm:{spec}|cache:{cache}"
+
+
+def cached_llm(spec: str, cache: str | Path | None = None):
+    """The LLM `spec` with response cache `cache`, loaded once per process."""
+    from ctrlsim.backends import load_llm
+
+    return worker_cache(_llm_name(spec, cache), lambda: load_llm(spec, cache=cache))
+
+
+def provide_llm(spec: str, cache: str | Path | None, llm) -> None:
+    """Make `cached_llm(spec, cache)` in this process return `llm`, a model the caller already
+    loaded (tests and benchmarks share one); units on other processes still load `spec`."""
+    worker_cache(_llm_name(spec, cache), lambda: llm)
+
+
 def cached_names() -> list[str]:
     """Names held by this process's worker cache (for tests and diagnostics)."""
     return _CACHE.names()
