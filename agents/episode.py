@@ -1,34 +1,48 @@
 """CtrlBench-Rec's episode: one method's population against one black box for t rounds -> its record.
 
-The protocol's methods are `ctrlsim.agents.methods` (base-large, base-small, random, and what the
-evolution loop registers); this module plays one of them on one (box, target, seed) and turns the
-trace into the stored record (per-round curves, per-probe results, costs, identities). The runner
+The protocol's methods are `ctrlsim.agents.methods` (base-large, base-small, random, oracle, what
+the evolution loop registers, and the user's own); this module plays one of them on one
+(box, target, seed) and turns the trace into the stored record: per-round curves of all three
+tasks, per-probe results with every round's slate and source, costs and identities. The runner
 (`ctrlsim ctrlbench`) only loads the shared resources and plans the episodes; `ctrlsim evolve`
-uses the same curves for its super probes.
+evaluates its super probes with the same curves.
+
+What is counted: only likes on slates the recommender built. Search results (when the run allows
+search) shape a probe's history like any like, but a search-found item never counts toward
+Coverage, Efficiency, Len or the Task 2 / Task 3 curves; the record reports them apart
+(`search_likes`, `search_target_likes`).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from ctrlsim.metrics import controllability as M
 
 CURVES = ("coverage", "efficiency", "efficiency_all_likes", "len", "tokens")
+TASKS = ("target-discovery", "profile-shaping", "popularity")
 
 
-def _finite(value: float) -> float | None:
+def _finite(value: float | None) -> float | None:
     return None if value is None or not np.isfinite(value) else float(value)
 
 
+def _counted(trace) -> list[list[list[str]]]:
+    """Per probe, per round, the likes the metrics count (those on recommender slates)."""
+    return [p.recommender_likes_per_round for p in trace.probes]
+
+
 def round_curves(trace, target_items: Iterable[str], rounds: int) -> dict[str, list]:
-    """Each metric after rounds 1..rounds for one episode (a probe dropped early keeps what it had)."""
+    """Task 1's metrics after rounds 1..rounds for one episode, from recommender-slate likes only
+    (a probe dropped early keeps what it had)."""
     target = set(target_items)
+    counted = _counted(trace)
     out: dict[str, list] = {name: [] for name in CURVES}
     for t in range(1, rounds + 1):
-        likes = [[i for r in p.likes_per_round[:t] for i in r] for p in trace.probes]
+        likes = [[i for r in per_round[:t] for i in r] for per_round in counted]
         tokens = [p.tokens_per_round[min(t, len(p.tokens_per_round)) - 1] if p.tokens_per_round else 0
                   for p in trace.probes]
         out["coverage"].append(_finite(M.coverage(likes, target)))
@@ -39,9 +53,81 @@ def round_curves(trace, target_items: Iterable[str], rounds: int) -> dict[str, l
     return out
 
 
+def efficiency_counts(trace, target_items: Iterable[str], rounds: int) -> dict[str, list[int]]:
+    """Per round t, the two sums behind Efficiency: target likes (repeats across probes counted) and
+    distinct targets found. Tables pool them over episodes (a ratio of totals), so an episode that
+    found nothing weighs in instead of dropping out."""
+    target = set(target_items)
+    counted = _counted(trace)
+    likes, found = [], []
+    for t in range(1, rounds + 1):
+        upto = [[i for r in per_round[:t] for i in r] for per_round in counted]
+        likes.append(sum(1 for x in upto for i in x if i in target))
+        found.append(len(M.discovered_targets(upto, target)))
+    return {"target_likes": likes, "found": found}
+
+
+def tag_found(trace, dataset, tags: Sequence[str]) -> dict[str, int]:
+    """Per tag of a union target, the distinct items carrying it that the probes found (Figure 3)."""
+    liked = {i for per_round in _counted(trace) for r in per_round for i in r}
+    return {tag: len(liked & set(dataset.items_with_tag(tag))) for tag in tags}
+
+
+def popularity_curves(trace, dataset, target_items: Iterable[str], rounds: int) -> dict[str, list]:
+    """Task 3: new target discoveries per round (Figure 8) and eq. 3 per round over the items the
+    probes interacted with (liked on recommender slates; Table 3's definition, Figure 9)."""
+    popularity = dataset.items["popularity"].to_numpy(dtype=float)
+    counted = _counted(trace)
+    per_round = [[list(dataset.indices(r)) for r in p] for p in counted]
+    return {"new_discoveries": M.new_discoveries_per_round(counted, set(target_items), rounds),
+            "popularity": [_finite(v) for v in M.popularity_per_round(popularity, per_round, rounds)],
+            "interaction_popularity": _finite(M.interaction_popularity(
+                popularity, [i for p in per_round for r in p for i in r])),
+            "catalogue_popularity": float(popularity.mean())}
+
+
+def profile_curves(trace, task, rounds: int) -> dict[str, Any]:
+    """Task 2 (Table 2, eq. 2) with `task` a `ProfileShaping`: per round the mean over probes of
+    cos(V_t, V_target) (accuracy) and of cos(V_t, V_0) (old-interest similarity, V_0 = the seed
+    history), the JS divergence (eq. 2) between the tag distribution of every recommender slate
+    shown up to round t and the target's; smoothness per interval t0-t3, t3-t6, ..."""
+    dataset = task.dataset
+    counted = _counted(trace)
+    trajectories = []
+    for probe, per_round in zip(trace.probes, counted):
+        history = list(probe.seed_history)
+        vectors = [M.centred_profile_vector(task.vectors[dataset.indices(history)], task.global_mean)]
+        for t in range(rounds):
+            history.extend(per_round[t] if t < len(per_round) else [])
+            vectors.append(M.centred_profile_vector(task.vectors[dataset.indices(history)], task.global_mean))
+        trajectories.append(vectors)
+    item_tags = dataset.items["tags"]
+    shown_by_round: list[list] = [[] for _ in range(rounds)]
+    for probe in trace.probes:
+        for n, r in enumerate(probe.rounds[:rounds]):
+            if r["source"] == "recommender":
+                shown_by_round[n].extend(item_tags.iat[dataset.item_index[i]] for i in r["slate"])
+    js, shown = [], []
+    for tags_this_round in shown_by_round:
+        shown.extend(tags_this_round)
+        js.append(_finite(M.js_divergence(M.tag_distribution(shown, task.all_tags), task.target_dist)))
+
+    def mean_over_probes(curves):
+        return [float(np.mean([c[t] for c in curves])) for t in range(len(curves[0]))] if curves else []
+
+    return {"accuracy": mean_over_probes([M.similarity_curve(v, task.target_vector) for v in trajectories]),
+            "old_interest": mean_over_probes([M.similarity_curve(v, v[0]) for v in trajectories]),
+            "smoothness": mean_over_probes([M.interval_smoothness(v) for v in trajectories]),
+            "intervals": [f"t{a}-t{b}" for a, b in zip(M.SMOOTHNESS_EDGES[:-1], M.SMOOTHNESS_EDGES[1:])
+                          if b <= rounds],
+            "js_divergence": js}
+
+
 @dataclass(frozen=True)
 class EpisodeSpec:
-    """What identifies one episode besides the population: the method, box, target and seed."""
+    """What identifies one episode besides the population: the method, box, target and seed.
+
+    target is the target's name ("War", or a union "War+Film-Noir"); target_tags its tags."""
 
     method: str
     label: str
@@ -52,6 +138,13 @@ class EpisodeSpec:
     slate_size: int
     target_visible: bool
     like_prob: float
+    target_tags: tuple[str, ...] = ()
+    allow_search: bool = False
+    task: str = "target-discovery"
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return self.target_tags or tuple(self.target.split("+"))
 
 
 def play_episode(spec: EpisodeSpec, population, recommender, target_items: frozenset, *, llm=None,
@@ -70,19 +163,19 @@ def play_episode(spec: EpisodeSpec, population, recommender, target_items: froze
     started = time.perf_counter()
     meter = TokenMeter()
     env = PopulationEnv(recommender, n_agents=len(population.personas), task="target-discovery",
-                        target=spec.target, slate_size=spec.slate_size, budget=spec.rounds, token_meter=meter)
+                        target=list(spec.tags), slate_size=spec.slate_size, budget=spec.rounds,
+                        token_meter=meter, allow_search=spec.allow_search)
     llm = llm if population.policy == "llm" else None
     bar = tqdm(total=spec.rounds, desc=f"{spec.method} {spec.box} {spec.target} s{spec.seed}", unit="round",
                leave=False, disable=not show_progress)
 
     def tick(round_no, trace):
         bar.update(1)
-        likes = [[i for r in p.likes_per_round for i in r] for p in trace.probes]
-        found = len({i for x in likes for i in x if i in target_items})
-        bar.set_postfix(coverage=f"{found / max(len(target_items), 1):.1%}")
+        found = {i for per_round in _counted(trace) for r in per_round for i in r if i in target_items}
+        bar.set_postfix(coverage=f"{len(found) / max(len(target_items), 1):.1%}")
 
     try:
-        trace = play_population(env, population, seed=spec.seed, target=(spec.target,), llm=llm,
+        trace = play_population(env, population, seed=spec.seed, target=spec.tags, llm=llm,
                                 settings=settings, like_prob=spec.like_prob, meter=meter, on_round=tick)
     finally:
         bar.close()
@@ -90,29 +183,58 @@ def play_episode(spec: EpisodeSpec, population, recommender, target_items: froze
                           seconds=time.perf_counter() - started)
 
 
+def _fallback_counts(population) -> dict[str, int | None]:
+    """Substitutions a method made: personas written from a template instead of by the LLM, merges
+    that fell back to the best member, target items the merge added back."""
+    llm_personas = population.policy == "llm"
+    generations = population.artefacts.get("generations") or []
+    return {
+        "template_fallbacks": sum(x.source == "template" for x in population.personas)
+        if llm_personas else None,
+        "merge_fallbacks": sum(int(g.get("merge_fallbacks", g.get("invalid_merges", 0)) or 0)
+                               for g in generations) if generations else None,
+        "merges": sum(int(g.get("merges", 0) or 0) for g in generations) if generations else None,
+        "target_items_added": sum(int(g.get("target_items_added", 0) or 0) for g in generations)
+        if generations else None,
+    }
+
+
 def episode_record(spec: EpisodeSpec, population, trace, target_items: frozenset, recommender, llm, *,
                    seconds: float) -> dict[str, Any]:
-    """The stored record: per-round curves, per-probe results, costs and identities."""
+    """The stored record: per-round curves, per-probe results and rounds, costs and identities."""
+    from ctrlsim.agents.methods import policy_name
+
+    dataset = recommender.dataset
     probes = []
-    for p in trace.probes:
-        likes = [i for r in p.likes_per_round for i in r]
+    for p, counted in zip(trace.probes, _counted(trace)):
+        likes = [i for r in counted for i in r]
         probes.append({"probe_id": p.probe_id, "likes": likes,
                        "target_likes": sum(i in target_items for i in likes),
+                       "search_likes": p.search_likes,
                        "tokens": p.tokens_per_round[-1] if p.tokens_per_round else 0,
-                       "dropped": p.dropped, "dropped_round": p.dropped_round, **p.stats})
-    return {
+                       "dropped": p.dropped, "dropped_round": p.dropped_round, **p.stats,
+                       "rounds": p.rounds})
+    search_likes = [i for p in trace.probes for i in p.search_likes]
+    record: dict[str, Any] = {
         "method": spec.method, "label": spec.label, "recommender": spec.box, "target": spec.target,
-        "seed": spec.seed, "policy": population.policy, "prompt_variant": population.prompt_variant,
+        "target_tags": list(spec.tags), "seed": spec.seed, "policy": policy_name(population.policy),
+        "prompt_variant": population.prompt_variant,
         "target_visible": spec.target_visible if population.policy == "llm" else None,
+        "allow_search": spec.allow_search, "task": spec.task,
         "k": len(population.personas), "target_size": len(target_items), "slate_size": spec.slate_size,
         "rounds": spec.rounds,
         "curves": round_curves(trace, target_items, spec.rounds),
+        "efficiency_counts": efficiency_counts(trace, target_items, spec.rounds),
+        "tag_found": tag_found(trace, dataset, spec.tags),
+        "tag_sizes": {tag: len(dataset.items_with_tag(tag)) for tag in spec.tags},
+        "popularity_curves": popularity_curves(trace, dataset, target_items, spec.rounds),
+        "search_likes": len(search_likes),
+        "search_target_likes": sum(i in target_items for i in search_likes),
         "setup_tokens": population.setup_tokens,
         "parse_failures": sum(p.get("parse_failures", 0) for p in probes),
         "decisions": sum(p.get("decisions", 0) for p in probes),
         "dropped": {p["probe_id"]: p["dropped"] for p in probes if p["dropped"]},
-        "template_fallbacks": sum(x.source == "template" for x in population.personas)
-        if population.policy == "llm" else None,
+        **_fallback_counts(population),
         "artefacts": dict(population.artefacts),
         "personas": [x.to_dict() for x in population.personas],
         "probes": probes,
@@ -120,3 +242,9 @@ def episode_record(spec: EpisodeSpec, population, trace, target_items: frozenset
         "box": recommender.identity,
         "timing": {"seconds": round(seconds, 2)},
     }
+    if spec.task == "profile-shaping":
+        from ctrlsim.envs import make_task
+
+        task = make_task("profile-shaping", dataset, target=list(spec.tags))
+        record["profile_curves"] = profile_curves(trace, task, spec.rounds)
+    return record

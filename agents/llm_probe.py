@@ -52,9 +52,12 @@ class DecisionSettings:
     prompt_variant: "default", or "logic" (Appendix D.8: favour long-tail items).
     temperature:    sampling temperature; 0 (greedy) by default because llama.cpp decodes greedy
                     batches as parallel sequences over the shared prefix (several times faster on
-                    CPU); the paper's agents sample at 1.0 (`--preset paper`), seeded per round.
+                    CPU); the paper's agents sample at 1.0 (`--preset paper`), seeded per round and probe.
     max_tokens:     reply budget (a decision is ~15-30 tokens of JSON).
     constrained:    use JSON-schema decoding where the runtime supports it.
+    allow_search:   offer the search tool. Off, the prompt and schema name only likes (Appendix B's
+                    a_t in L_t or a skip) and a query the model writes anyway is dropped and counted
+                    (`searches_refused`), so the probe can only steer through the recommender.
     """
 
     memory_rounds: int = 2
@@ -63,6 +66,7 @@ class DecisionSettings:
     temperature: float = 0.0
     max_tokens: int = 48
     constrained: bool = True
+    allow_search: bool = True
 
     def __post_init__(self):
         if self.memory_rounds < 0:
@@ -72,6 +76,14 @@ class DecisionSettings:
         if self.temperature < 0 or self.max_tokens < 8:
             raise ConfigError(f"temperature must be >= 0 and max_tokens >= 8, got {self.temperature}, "
                               f"{self.max_tokens}")
+
+
+# The evaluation setting every Task 1-3 score is measured under, shared by `ctrlsim ctrlbench`
+# (every method, `--roster` included) and `ctrlsim evolve`'s evaluation of its super probes, so one
+# roster gets one score: M = 2 rounds of memory, greedy decoding, no search (Appendix B).
+EVALUATION_MEMORY_ROUNDS = 2
+EVALUATION_TEMPERATURE = 0.0
+EVALUATION_ALLOW_SEARCH = False
 
 
 @dataclass
@@ -93,6 +105,8 @@ class LLMProbe:
     failure_examples: list[str] = field(default_factory=list)
     decisions: int = 0
     searches: int = 0
+    searches_refused: int = 0
+    replies: dict = field(default_factory=dict)  # round (1-based) -> the raw decision reply
 
 
 def display_item(dataset: Dataset, item_id: str, *, tags: bool = True) -> str:
@@ -106,7 +120,8 @@ class LLMPopulationPolicy:
 
     agents:   env agent name -> persona (the env's roster, in the same order).
     target:   the target tags (shown when `settings.target_visible`).
-    seed:     run seed; each round's sampling seed derives from (seed, round).
+    seed:     run seed; each round's sampling seed derives from (seed, round), and when sampling
+              (temperature > 0) each probe's from (seed, round, probe id).
     meter:    where each probe's tokens are charged under its `probe_id`.
     """
 
@@ -130,7 +145,9 @@ class LLMPopulationPolicy:
             goal = prompts.GOAL_VISIBLE.format(target=" / ".join(self.target), **self.nouns)
         if self.settings.prompt_variant == "logic":
             goal += prompts.GOAL_LOGIC.format(**self.nouns)
-        return prompts.DECISION_SYSTEM.format(goal=goal, slate_size=slate_size, **self.nouns)
+        template = prompts.DECISION_SYSTEM if self.settings.allow_search \
+            else prompts.DECISION_SYSTEM_NO_SEARCH
+        return template.format(goal=goal, slate_size=slate_size, **self.nouns)
 
     def user_text(self, probe: LLMProbe, info: Mapping, budget: int) -> str:
         persona = probe.persona
@@ -176,21 +193,32 @@ class LLMPopulationPolicy:
             actions[agent] = self._decide(agent, completion.text, infos[agent], slate_size)
         return actions, failed
 
+    def _seeds(self, agents: list[str], round_no: int) -> list[int]:
+        """Each agent's sampling seed this round. Sampling (temperature > 0): the probe's own seed,
+        from (run seed, round, probe id), so its draw replays and does not depend on which probes
+        share the batch. Greedy: the round's one seed (what greedy replies were cached under)."""
+        if self.settings.temperature > 0:
+            return [derive_seed(self.seed, "decision-round", round_no, self.probes[a].persona.probe_id)
+                    for a in agents]
+        return [derive_seed(self.seed, "decision-round", round_no)] * len(agents)
+
     def _chat(self, agents: list[str], convs: list[list[dict]], slate_size: int, round_no: int):
         kwargs: dict[str, Any] = {"max_tokens": self.settings.max_tokens,
-                                  "temperature": self.settings.temperature,
-                                  "seed": derive_seed(self.seed, "decision-round", round_no)}
+                                  "temperature": self.settings.temperature}
         if self.use_schema:
-            kwargs["json_schema"] = decision_schema(slate_size)
+            kwargs["json_schema"] = decision_schema(slate_size, search=self.settings.allow_search)
+        seeds = self._seeds(agents, round_no)
+        # One int when every probe shares the seed (greedy): the keys of replies cached before.
+        batch_seed: int | list[int] = seeds if self.settings.temperature > 0 else seeds[0]
         try:
-            return dict(zip(agents, self.llm.chat(convs, **kwargs))), {}
+            return dict(zip(agents, self.llm.chat(convs, seed=batch_seed, **kwargs))), {}
         except PROBE_FAILURES:
             pass  # one probe's own failure: find out which by retrying one by one
         # Anything else (server unavailable, bad server reply, a bug) has propagated: the step fails.
         done, failed = {}, {}
-        for agent, conv in zip(agents, convs):
+        for agent, conv, seed in zip(agents, convs, seeds):
             try:
-                done[agent] = self.llm.chat([conv], **kwargs)[0]
+                done[agent] = self.llm.chat([conv], seed=seed, **kwargs)[0]
             except PROBE_FAILURES as exc:
                 failed[agent] = f"LLM call failed: {type(exc).__name__}: {exc}"
         return done, failed
@@ -199,6 +227,7 @@ class LLMPopulationPolicy:
         probe = self.probes[agent]
         shown_ids = list(info["slate_item_ids"])
         probe.decisions += 1
+        probe.replies[int(info["round"]) + 1] = text
         try:
             decision = parse_decision(text, len(shown_ids))
         except LLMOutputError as exc:
@@ -206,6 +235,9 @@ class LLMPopulationPolicy:
             if len(probe.failure_examples) < self.MAX_EXAMPLES:
                 probe.failure_examples.append(str(exc)[:300])
             decision = Decision(())
+        if decision.query and not self.settings.allow_search:
+            probe.searches_refused += 1
+            decision = Decision(decision.likes)
         probe.searches += bool(decision.query)
         self._remember(probe, info, shown_ids, decision)
         likes = np.zeros(slate_size, dtype=np.int8)
@@ -224,4 +256,9 @@ class LLMPopulationPolicy:
     def probe_stats(self, agent: str) -> dict:
         probe = self.probes[agent]
         return {"decisions": probe.decisions, "parse_failures": probe.parse_failures,
-                "searches": probe.searches, "failure_examples": list(probe.failure_examples)}
+                "searches": probe.searches, "searches_refused": probe.searches_refused,
+                "failure_examples": list(probe.failure_examples)}
+
+    def reply(self, agent: str, round_no: int) -> str | None:
+        """The raw decision reply of `agent` in round `round_no` (1-based), None if it was not asked."""
+        return self.probes[agent].replies.get(round_no)

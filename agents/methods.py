@@ -6,10 +6,14 @@ for t rounds against the black box and measures it; a method never measures itse
 
 Built in:
   base-large  K_large (paper: 100) unevolved LLM persona probes from randomly sampled users
-  base-small  K_small (paper: 26) of them (the first K_small of the same sample, so the two
-              share personas)
-  random      the coin-flip probe (`RandomProbe`) on the same K_small users with template
-              bios: no LLM, no tokens; a floor, not one of the paper's methods
+  base-small  K_small (paper: 26) unevolved LLM persona probes from their own random sample of
+              users (`MethodContext.small_sample = "large"`, ctrlbench's `--small-users nested`,
+              takes the first K_small of Base-Large's sample instead: the two share personas)
+  random      the coin-flip probe (`RandomProbe`) on Base-Small's users with template bios: no
+              LLM, no tokens; a floor, not one of the paper's methods
+  oracle      `TargetSeekingProbe` on the same users: likes every target item a slate shows
+              (no LLM); the reference for what liking alone can reach on the box
+  module:attr a method from the user's code (`import_method`): a `MethodSpec` or a builder
 
 The paper's "random policy" baselines are LLM agents acting without evolution (Table 7 charges
 them ~2,000 tokens per probe); `random` here is a truly random policy, labelled as such.
@@ -48,10 +52,48 @@ from ctrlsim.seeding import derive_rng
 
 from .persona import Persona
 
-POLICIES = ("llm", "random")
+POLICIES = ("llm", "random")  # the built-in policies; a `CustomPolicy` is the third kind
 
 # Modules that register more methods when imported (kept as strings: importing them may be heavy).
 EXTENSION_MODULES: list[str] = ["ctrlsim.agents.evolution.methods"]
+
+
+@dataclass(frozen=True)
+class CustomPolicy:
+    """A policy from the user's code, for `Population.policy` (documented in docs/ctrlbench.md).
+
+    make(agents, rngs) -> a batched policy: `agents` maps each env agent ("probe_0", ...) to its
+    Persona, `rngs` each agent to its generator (seeded through the env's reset: use it for every
+    random draw). The returned object's `act(observations, infos)` gets the live agents'
+    observations and infos (dicts keyed by agent) and returns one action per agent
+    (`{"likes": 0/1 per slate position, "query": ""}`). `per_probe(factory)` builds one from a
+    per-probe `factory(persona, rng) -> object with act(observation, info) -> action`.
+    name: what records and tables call the policy. uses_llm: whether it charges LLM tokens.
+    """
+
+    name: str
+    make: Callable[[Mapping[str, Persona], Mapping[str, Any]], Any]
+    uses_llm: bool = False
+
+    @classmethod
+    def per_probe(cls, name: str, factory: Callable[[Persona, Any], Any]) -> "CustomPolicy":
+        def make(agents, rngs):
+            return _PerProbe({a: factory(p, rngs[a]) for a, p in agents.items()})
+        return cls(name, make)
+
+
+class _PerProbe:
+    """A batched policy made of one independent policy object per agent."""
+
+    def __init__(self, probes: Mapping[str, Any]):
+        self.probes = dict(probes)
+
+    def act(self, observations: Mapping[str, dict], infos: Mapping[str, dict]) -> dict[str, dict]:
+        return {a: self.probes[a].act(observations[a], infos[a]) for a in observations}
+
+
+def policy_name(policy: "str | CustomPolicy") -> str:
+    return policy if isinstance(policy, str) else policy.name
 
 
 @dataclass(frozen=True)
@@ -59,22 +101,24 @@ class Population:
     """What a method hands the runner.
 
     personas:       the evaluated roster (probe ids unique).
-    policy:         "llm" (LLM persona probes) or "random" (coin-flip probes, token-free).
+    policy:         "llm" (LLM persona probes), "random" (coin-flip probes, token-free) or a
+                    `CustomPolicy` (a policy from the user's code).
     prompt_variant: decision-prompt variant for LLM probes: "default" or "logic" (Appendix D.8).
     setup_tokens:   tokens spent building the roster (profile generation, evolution).
     artefacts:      anything worth keeping in the record (cluster sizes, generations, ...).
     """
 
     personas: tuple[Persona, ...]
-    policy: str = "llm"
+    policy: str | CustomPolicy = "llm"
     prompt_variant: str = "default"
     setup_tokens: int = 0
     artefacts: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "personas", tuple(self.personas))
-        if self.policy not in POLICIES:
-            raise ConfigError(f"population policy must be one of {POLICIES}, got {self.policy!r}")
+        if not isinstance(self.policy, CustomPolicy) and self.policy not in POLICIES:
+            raise ConfigError(f"population policy must be one of {POLICIES} or a CustomPolicy, "
+                              f"got {self.policy!r}")
         if not self.personas:
             raise ConfigError("a population needs at least one persona")
         ids = [p.probe_id for p in self.personas]
@@ -103,6 +147,7 @@ class MethodContext:
     work_dir: Path | None = None          # a folder for the method's resumable artefacts
     options: Mapping[str, Any] = field(default_factory=dict)
     show_progress: bool = False
+    small_sample: str = "small"           # K_small methods' users: their own sample, or "large" (nested)
     _profiles: Any = field(default=None, init=False, repr=False)
 
     def llm(self):
@@ -118,32 +163,39 @@ class MethodContext:
                                               store=self.profile_store)
         return self._profiles
 
-    def sample_users(self, k: int) -> list[str]:
-        """The first `k` users of this seed's random user order (nested: base-small within base-large)."""
+    def sample_users(self, k: int, sample: str = "large") -> list[str]:
+        """The first `k` users of one of this seed's random user orders.
+
+        sample "large" is Base-Large's order (the evolved methods start from it too); "small" is
+        Base-Small's own, drawn independently, so Base-Small's probes are not a subset of
+        Base-Large's (with "large", the first k_small of the same order: nested by design, and
+        with greedy decoding Base-Large >= Base-Small holds by construction)."""
         from ctrlsim.envs.roster import user_order
 
+        if sample not in ("large", "small"):
+            raise ConfigError(f"user sample must be 'large' or 'small', got {sample!r}")
         users = user_order(self.dataset)
         if not 1 <= k <= len(users):
             raise ConfigError(f"need between 1 and {len(users)} probes, got {k}")
-        order = derive_rng(self.seed, "users").permutation(len(users))
+        order = derive_rng(self.seed, "users" if sample == "large" else "users-small").permutation(len(users))
         return [users[i] for i in order[:k]]
 
-    def base_personas(self, k: int) -> tuple[list[Persona], int]:
+    def base_personas(self, k: int, sample: str = "large") -> tuple[list[Persona], int]:
         """LLM personas for the first `k` sampled users (cached per user, LLM, seed) and their tokens."""
         from tqdm import tqdm
 
-        users = self.sample_users(k)
+        users = self.sample_users(k, sample)
         with tqdm(total=len(users), desc="profiles", unit="probe", disable=not self.show_progress,
                   leave=False) as bar:
             personas, tokens = self.profile_generator.generate(users, self.seed, progress=bar.update)
         return personas, sum(tokens)
 
-    def template_personas(self, k: int) -> list[Persona]:
+    def template_personas(self, k: int, sample: str = "large") -> list[Persona]:
         """Personas without an LLM (demographics + seed tags) for the first `k` sampled users."""
         from .profiles import ProfileGenerator
 
         gen = ProfileGenerator(self.dataset, None, settings=self.profile_settings)
-        return [gen.template_persona(u, gen.seed_items(u, self.seed)) for u in self.sample_users(k)]
+        return [gen.template_persona(u, gen.seed_items(u, self.seed)) for u in self.sample_users(k, sample)]
 
 
 @dataclass(frozen=True)
@@ -191,6 +243,8 @@ def known_methods() -> list[str]:
 
 def get_method(name: str) -> MethodSpec:
     load_extensions()
+    if ":" in name and name not in METHODS:
+        return register_method(import_method(name))
     if name not in METHODS:
         raise ConfigError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
     return METHODS[name]
@@ -211,13 +265,50 @@ def build_base_large(context: MethodContext) -> Population:
 
 
 def build_base_small(context: MethodContext) -> Population:
-    personas, tokens = context.base_personas(context.k_small)
+    personas, tokens = context.base_personas(context.k_small, context.small_sample)
     return Population(tuple(personas), "llm", setup_tokens=tokens,
-                      artefacts={"template_fallbacks": sum(p.source == "template" for p in personas)})
+                      artefacts={"template_fallbacks": sum(p.source == "template" for p in personas),
+                                 "users": context.small_sample})
 
 
 def build_random(context: MethodContext) -> Population:
-    return Population(tuple(context.template_personas(context.k_small)), "random")
+    return Population(tuple(context.template_personas(context.k_small, context.small_sample)), "random")
+
+
+def build_oracle(context: MethodContext) -> Population:
+    """Base-Small's users, each liking every target item on its slate (`TargetSeekingProbe`)."""
+    from .random_probe import TargetSeekingProbe
+
+    target = set(context.target_items)
+    policy = CustomPolicy.per_probe("oracle", lambda persona, rng: TargetSeekingProbe(target))
+    return Population(tuple(context.template_personas(context.k_small, context.small_sample)), policy)
+
+
+def import_method(spec: str) -> MethodSpec:
+    """The method a `module:attribute` name points at, imported now (a user's own policy).
+
+    The attribute may be a `MethodSpec` (used as it is, under the name given), or a builder
+    `build(context: MethodContext) -> Population`. An unimportable module, a missing attribute or
+    anything else is a `ConfigError` naming it, raised before any model loads.
+    """
+    module, sep, attribute = spec.partition(":")
+    if not sep or not module or not attribute:
+        raise ConfigError(f"method {spec!r}: a custom method is 'module:attribute'")
+    try:
+        value = importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"method {spec!r}: cannot import module {module!r} ({exc})") from None
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise ConfigError(f"method {spec!r}: module {module!r} has no attribute {attribute!r}")
+        value = getattr(value, part)
+    if isinstance(value, MethodSpec):
+        return MethodSpec(spec, value.label, value.build, value.uses_llm, value.description)
+    if not callable(value):
+        raise ConfigError(f"method {spec!r}: {attribute!r} is neither a MethodSpec nor a builder function "
+                          f"(got {type(value).__name__})")
+    doc = (getattr(value, "__doc__", None) or "").strip().splitlines()
+    return MethodSpec(spec, attribute, value, uses_llm=True, description=doc[0] if doc else "")
 
 
 register_method(MethodSpec("base-large", "Base-Large", build_base_large, True,
@@ -226,3 +317,6 @@ register_method(MethodSpec("base-small", "Base-Small", build_base_small, True,
                            "K_small unevolved LLM persona probes (the first K_small of Base-Large's users)"))
 register_method(MethodSpec("random", "Random (coin flip, no LLM)", build_random, False,
                            "coin-flip probes on Base-Small's users with template bios; token-free"))
+register_method(MethodSpec("oracle", "Oracle (likes every target shown, no LLM)", build_oracle, False,
+                           "Base-Small's users liking every target item their slates show; a reference "
+                           "for what liking alone can reach on the box"))

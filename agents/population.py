@@ -13,13 +13,21 @@ from typing import Callable, Sequence
 from ctrlsim.backends import TokenMeter
 
 from .llm_probe import DecisionSettings, LLMPopulationPolicy
-from .methods import Population
+from .methods import CustomPolicy, Population
 from .random_probe import RandomProbe
+
+SOURCE_RECOMMENDER = "recommender"
 
 
 @dataclass
 class ProbeTrace:
-    """One probe's episode: seed history, new likes per round, tokens after each round, fate."""
+    """One probe's episode: seed history, new likes per round, tokens after each round, fate.
+
+    `rounds` keeps what each round was: `{"slate": [item ids], "source": "recommender" | "search",
+    "liked": [item ids], "query": str, "reply": the raw LLM decision (None for other policies)}`,
+    so a run folder shows where every like came from. `likes_per_round` holds every like
+    (search-found too: they shape the history); the metrics read `recommender_likes_per_round`.
+    """
 
     probe_id: str
     agent: str
@@ -29,6 +37,18 @@ class ProbeTrace:
     dropped: str | None = None
     dropped_round: int | None = None
     stats: dict = field(default_factory=dict)
+    rounds: list[dict] = field(default_factory=list)
+
+    @property
+    def recommender_likes_per_round(self) -> list[list[str]]:
+        """Per round, the likes on a recommender slate ([] for a search-result round)."""
+        sources = [r["source"] for r in self.rounds]
+        return [likes if n >= len(sources) or sources[n] == SOURCE_RECOMMENDER else []
+                for n, likes in enumerate(self.likes_per_round)]
+
+    @property
+    def search_likes(self) -> list[str]:
+        return [i for r in self.rounds if r["source"] != SOURCE_RECOMMENDER for i in r["liked"]]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,30 +85,40 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
     trace = EpisodeTrace(env.engine.budget, [ProbeTrace(p.probe_id, a, list(p.behaviour)) for a, p in
                                              by_agent.items()])
     per_agent = {t.agent: t for t in trace.probes}
+    policy = None
     if population.policy == "llm":
         if llm is None:
             raise ValueError("an LLM population needs an llm")
         policy = LLMPopulationPolicy(llm, env.dataset, by_agent, target=target,
                                      settings=replace(settings, prompt_variant=population.prompt_variant),
                                      seed=seed, meter=meter)
+    elif isinstance(population.policy, CustomPolicy):
+        custom = population.policy.make(by_agent, {a: env.agent_rngs[a] for a in agents})
     else:
-        coins = {a: RandomProbe(env.agent_rngs[a], like_prob) for a in agents}
+        custom = CustomPolicy.per_probe("random", lambda p, rng: RandomProbe(rng, like_prob)).make(
+            by_agent, {a: env.agent_rngs[a] for a in agents})
     slate_size, budget = env.engine.slate_size, env.engine.budget
+    item_ids = env.dataset.item_ids
     for round_no in range(1, budget + 1):
         live = list(env.agents)
         if not live:
             break
-        if population.policy == "llm":
+        if policy is not None:
             actions, failed = policy.act({a: obs[a] for a in live}, {a: infos[a] for a in live},
                                          slate_size=slate_size, budget=budget)
             for agent, reason in failed.items():
                 env.drop(agent, reason)
         else:
-            actions = {a: coins[a].act(obs[a], infos[a]) for a in live}
+            actions = custom.act({a: obs[a] for a in live}, {a: infos[a] for a in live})
         obs, _, terms, _, infos = env.step(actions)
         for agent in live:
             probe_trace = per_agent[agent]
             record = env.probes[agent].record
+            if len(record.slates) > len(probe_trace.rounds):  # the probe acted this round
+                probe_trace.rounds.append({
+                    "slate": [str(item_ids[i]) for i in record.slates[-1]], "source": record.sources[-1],
+                    "liked": list(record.likes_per_round[-1]), "query": record.queries[-1],
+                    "reply": policy.reply(agent, round_no) if policy is not None else None})
             probe_trace.likes_per_round = [list(x) for x in record.likes_per_round]
             probe_trace.tokens_per_round.append(meter.usage(probe_trace.probe_id).total_tokens)
             if terms.get(agent) and probe_trace.dropped is None:
@@ -96,7 +126,7 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
                 probe_trace.dropped_round = round_no
         if on_round is not None:
             on_round(round_no, trace)
-    if population.policy == "llm":
+    if policy is not None:
         for agent, probe_trace in per_agent.items():
             probe_trace.stats = policy.probe_stats(agent)
     return trace

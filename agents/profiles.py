@@ -63,7 +63,7 @@ class ProfileStore(SqliteStore):
 @dataclass(frozen=True)
 class ProfileSettings:
     """How personas are generated (greedy by default: batched as parallel sequences; temperature > 0
-    samples with a seed derived from the run seed)."""
+    samples each user's persona with its own seed, derived from the run seed and the user id)."""
 
     l_init: tuple[int, int] = (4, 6)
     min_rating: float = 4.0
@@ -132,9 +132,11 @@ class ProfileGenerator:
                                                         **self.nouns)}]
 
     def cache_key(self, user_id: str, seed: int) -> str:
-        return json.dumps({"user": str(user_id), "dataset": self.dataset.name,
-                           "llm": self.llm.cache_identity(), "seed": seed, "settings": asdict(self.settings),
-                           "prompt": PROFILE_PROMPT_VERSION}, sort_keys=True)
+        key = {"user": str(user_id), "dataset": self.dataset.name, "llm": self.llm.cache_identity(),
+               "seed": seed, "settings": asdict(self.settings), "prompt": PROFILE_PROMPT_VERSION}
+        if self.settings.temperature > 0:
+            key["sampling"] = "per-user seed"  # sampled personas stored before shared one seed per batch
+        return json.dumps(key, sort_keys=True)
 
     # ------------------------------------------------------------------ output
     def template_persona(self, user_id: str, items: Sequence[str], flags: Sequence[str] = ()) -> Persona:
@@ -167,11 +169,15 @@ class ProfileGenerator:
         values = [found[k] for k in keys]
         return [Persona.from_dict(v["persona"]) for v in values], [int(v["tokens"]) for v in values]
 
-    def _chat(self, conversations: list[list[dict]], seed: int, attempt: int):
+    def _chat(self, conversations: list[list[dict]], user_ids: list[str], seed: int, attempt: int):
         use_schema = bool(getattr(self.llm, "supports_json_schema", False))
-        # One sampling seed for the whole batch, from (run seed, attempt) only: each reply then
-        # depends on its own prompt and this seed, not on which other users share the batch.
-        call_seed = derive_seed(seed, "profiles", attempt)
+        # Greedy: one seed for the whole batch, from (run seed, attempt) only (the key cached
+        # replies were stored under). Sampling: each user's own seed, from (run seed, attempt,
+        # user), so users do not share their draws. Either way a reply depends on its own prompt
+        # and seed, not on which other users share the batch.
+        call_seed: int | list[int] = derive_seed(seed, "profiles", attempt)
+        if self.settings.temperature > 0:
+            call_seed = [derive_seed(seed, "profiles", attempt, str(u)) for u in user_ids]
         return self.llm.chat(conversations, max_tokens=self.settings.max_tokens,
                              temperature=self.settings.temperature, seed=call_seed,
                              json_schema=PROFILE_SCHEMA if use_schema else None)
@@ -189,7 +195,7 @@ class ProfileGenerator:
             batch = [convs[u] if attempt == 0 else convs[u] + [
                 {"role": "assistant", "content": replies[u]},
                 {"role": "user", "content": prompts.PROFILE_RETRY}] for u in pending]
-            for user, completion in zip(pending, self._chat(batch, seed, attempt)):
+            for user, completion in zip(pending, self._chat(batch, pending, seed, attempt)):
                 tokens[user] += completion.prompt_tokens + completion.completion_tokens
                 replies[user] = completion.text
                 try:

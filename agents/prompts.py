@@ -52,21 +52,34 @@ PROFILE_RETRY = (
 # tools (like, and the paper's search / skip), with short-term memory only, loaded together with the
 # profile prompt. Appendix B's relevance constraint ("interactions must satisfy relevance
 # constraints, precluding degenerate strategies like random clicks on unrelated items") is rule 1.
-DECISION_SYSTEM = (
+_DECISION_ROLE = (
     "You play one user of a {domain_singular} recommender website. You are shown your persona, what "
     "happened in your last rounds, and the {slate_size} {domain} the website shows you now.\n"
     "{goal}"
     "Each round you may:\n"
-    "- like any of the shown {domain} (give their numbers), or none of them (a skip);\n"
-    "- optionally type a short search query; then the next list shows search results instead of "
-    "recommendations.\n"
-    "Rules:\n"
+    "- like any of the shown {domain} (give their numbers), or none of them (a skip)"
+)
+_DECISION_SEARCH_TOOL = (
+    ";\n- optionally type a short search query; then the next list shows search results instead of "
+    "recommendations"
+)
+_DECISION_RULES = (
+    ".\nRules:\n"
     "1. Like only {domain} that fit your persona. Never like {domain} unrelated to your interests, "
     "even to reach the goal.\n"
     "2. Liking a {domain_singular} tells the website what to recommend next.\n"
-    'Reply with one JSON object and nothing else, for example {{"like": [2], "search": ""}}. "like" lists '
+)
+DECISION_SYSTEM = (
+    _DECISION_ROLE + _DECISION_SEARCH_TOOL + _DECISION_RULES
+    + 'Reply with one JSON object and nothing else, for example {{"like": [2], "search": ""}}. "like" lists '
     'the numbers of the {domain} you like ([] to skip); "search" is a few words to search for, or "" to '
     "keep getting recommendations."
+)
+# The evaluation setting of Appendix B (a_t in L_t or a skip; `allow_search=False`): no search tool.
+DECISION_SYSTEM_NO_SEARCH = (
+    _DECISION_ROLE + _DECISION_RULES
+    + 'Reply with one JSON object and nothing else, for example {{"like": [2]}}. "like" lists the numbers '
+    "of the {domain} you like ([] to skip)."
 )
 
 # The task goal (Appendix B: the policy is conditioned on the target set T). Shown by default;

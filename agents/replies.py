@@ -103,18 +103,16 @@ def parse_decision(text: str, n_shown: int) -> Decision:
     return Decision(tuple(sorted(positions)), clean_query(query))
 
 
-def decision_schema(n_shown: int) -> dict:
-    """The JSON schema for constrained decoding: liked positions among 1..n_shown and a query."""
-    return {
-        "type": "object",
-        "properties": {
-            "like": {"type": "array", "items": {"type": "integer", "enum": list(range(1, n_shown + 1))},
-                     "maxItems": n_shown},
-            "search": {"type": "string", "maxLength": MAX_QUERY_CHARS},
-        },
-        "required": ["like", "search"],
-        "additionalProperties": False,
-    }
+def decision_schema(n_shown: int, *, search: bool = True) -> dict:
+    """The JSON schema for constrained decoding: liked positions among 1..n_shown and (with
+    `search`) a query."""
+    properties: dict = {"like": {"type": "array", "items": {"type": "integer",
+                                                             "enum": list(range(1, n_shown + 1))},
+                                 "maxItems": n_shown}}
+    if search:
+        properties["search"] = {"type": "string", "maxLength": MAX_QUERY_CHARS}
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
 
 
 _NUMBERS = re.compile(r"\b(\d{1,2})\b")

@@ -176,3 +176,9 @@ def is_probe_failure(exc: BaseException) -> bool:
 
 class ExecutorError(CtrlsimError, RuntimeError):
     """An executor could not start or reach its workers (e.g. no Ray cluster at the address)."""
+
+
+class RunLockedError(ConfigError):
+    """Another process is writing these run files (a result file, an evolution folder); the
+    message names them. Wait for that run to finish, or write somewhere else. Every writer holds
+    an exclusive `flock` that the OS drops when the process dies, so a stale lock cannot block."""

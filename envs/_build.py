@@ -45,7 +45,9 @@ def build_parts(recommender: Recommender | str, dataset: Dataset | str, task: Ta
 def build_engine(recommender: Recommender | str, dataset: Dataset | str, task: Task | str,
                  target: str | Sequence[str] | Mapping[str, float] | None,
                  recommender_options: Mapping | None, task_options: Mapping | None, mask_shown: bool, *,
-                 slate_size: int, budget: int, token_meter: TokenMeter | None) -> InteractionEngine:
+                 slate_size: int, budget: int, token_meter: TokenMeter | None,
+                 allow_search: bool = True) -> InteractionEngine:
     rec, task_obj = build_parts(recommender, dataset, task, target, recommender_options, task_options,
                                 mask_shown)
-    return InteractionEngine(rec, task_obj, slate_size=slate_size, budget=budget, token_meter=token_meter)
+    return InteractionEngine(rec, task_obj, slate_size=slate_size, budget=budget, token_meter=token_meter,
+                             allow_search=allow_search)

@@ -22,6 +22,8 @@ from ctrlsim.errors import BudgetExceededError, ConfigError, InvalidAction
 from ctrlsim.recommenders import Recommender, UserState
 from ctrlsim.recommenders.search import CatalogueSearch
 
+from .tasks import SOURCE_RECOMMENDER as RECOMMENDER_SLATE
+from .tasks import SOURCE_SEARCH as SEARCH_SLATE
 from .tasks import ProbeRecord, Task
 
 QUERY_CHARSET = string.ascii_letters + string.digits + " -'&:,.!?"
@@ -149,14 +151,17 @@ def check_query(query: object, max_length: int = MAX_QUERY_LENGTH) -> str:
 
 class InteractionEngine:
     def __init__(self, recommender: Recommender, task: Task, *, slate_size: int, budget: int,
-                 token_meter: TokenMeter | None = None):
+                 token_meter: TokenMeter | None = None, allow_search: bool = True):
         if isinstance(slate_size, bool) or not isinstance(slate_size, (int, np.integer)) or slate_size < 1:
             raise ConfigError(f"slate_size must be an integer >= 1, got {slate_size!r}")
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ConfigError(f"budget must be an integer >= 1, got {budget!r}")
         self.recommender, self.task = recommender, task
         self.dataset = recommender.dataset
+        if not isinstance(allow_search, (bool, np.bool_)):
+            raise ConfigError(f"allow_search must be True or False, got {allow_search!r}")
         self.slate_size, self.budget = slate_size, budget
+        self.allow_search = bool(allow_search)
         self.token_meter = token_meter
         self._search: CatalogueSearch | None = None
         self._texts = self.dataset.items["text"].to_numpy()
@@ -195,7 +200,11 @@ class InteractionEngine:
         if unknown:
             raise InvalidAction(f"action has unknown key(s) {', '.join(map(repr, unknown))}; "
                                 f"expected {list(ACTION_KEYS)}")
-        return check_likes(action["likes"], self.slate_size), check_query(action.get("query"))
+        likes, query = check_likes(action["likes"], self.slate_size), check_query(action.get("query"))
+        if query and not self.allow_search:
+            raise InvalidAction(f"search is off in this env (allow_search=False), got query {query!r}: "
+                                "send an empty 'query' (Appendix B: a_t in L_t or a skip)")
+        return likes, query
 
     def episode_tokens(self, probe: Probe) -> Usage:
         """Tokens charged to the probe's key since its episode began."""
@@ -205,7 +214,11 @@ class InteractionEngine:
         return Usage(**{f.name: getattr(now, f.name) - getattr(start, f.name) for f in fields(Usage)})
 
     def act(self, probe: Probe, likes: np.ndarray, query: str) -> tuple[list[str], float]:
-        """Apply one probe's likes on its current slate; returns (new likes, reward)."""
+        """Apply one probe's likes on its current slate; returns (new likes, reward).
+
+        Every like joins the probe's history (the black box sees it), and the round records the
+        slate's source and the query; the task's reward and metrics count likes on recommender
+        slates only, so what search found never passes for the recommender's doing."""
         if probe.rounds >= self.budget:
             raise BudgetExceededError(f"probe {probe.key} already used its budget of {self.budget} rounds")
         positions = np.flatnonzero(likes[: len(probe.slate)])
@@ -216,11 +229,17 @@ class InteractionEngine:
             if item not in have:
                 new.append(item)
                 have.add(item)
-        probe.record.likes.extend(new)
-        probe.record.likes_per_round.append(new)
-        probe.record.slates.append([int(i) for i in probe.slate])
+        record = probe.record
+        from_search = probe.source == SOURCE_SEARCH
+        record.likes.extend(new)
+        record.likes_per_round.append(new)
+        record.slates.append([int(i) for i in probe.slate])
+        record.sources.append(SEARCH_SLATE if from_search else RECOMMENDER_SLATE)
+        record.queries.append(query)
         probe.rounds += 1
-        return new, self.task.step_reward(probe.record, new, probe.slate.tolist())
+        if from_search:  # search results earn nothing: the reward is for steering the recommender
+            return new, self.task.step_reward(record, [], [])
+        return new, self.task.step_reward(record, new, probe.slate.tolist())
 
     def advance(self, probes: Sequence[Probe], queries: Sequence[str]) -> None:
         """Next slates for probes that still have budget."""

@@ -28,6 +28,10 @@ ActType = dict[str, Any]
 class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
     """A population of probes sharing one black box; one batched `recommend` per step.
 
+    Search: `allow_search=False` makes a non-empty query an `InvalidAction` (the probe is
+    dropped); with search on, search-result rounds are recorded (`record.sources`) and the
+    task's metrics count likes on recommender slates only.
+
     Agents: `possible_agents` is "probe_0" ... "probe_{n_agents-1}", fixed at construction;
     `n_agents` is the largest roster this env takes. Each `reset` fills the first
     len(roster) slots (`agents`), so a smaller roster leaves the last slots unused; a
@@ -62,12 +66,14 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
                  target: str | Sequence[str] | Mapping[str, float] | None = None, slate_size: int = 3,
                  budget: int = 20, l_init: tuple[int, int] = (4, 6), mask_shown: bool = True,
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
-                 token_meter: TokenMeter | None = None, render_mode: str | None = None):
+                 token_meter: TokenMeter | None = None, render_mode: str | None = None,
+                 allow_search: bool = True):
         check_render_mode(render_mode, self.metadata)
         self.n_agents = check_positive_int("n_agents", n_agents)
         self.l_init = check_l_init(l_init)
         self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
-                                   mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter)
+                                   mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter,
+                                   allow_search=allow_search)
         self.recommender, self.task = self.engine.recommender, self.engine.task
         self.dataset = self.engine.dataset
         self.render_mode = render_mode

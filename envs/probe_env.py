@@ -29,13 +29,18 @@ class ProbeEnv(gym.Env[ObsType, ActType]):
     Action (Dict): `likes` - MultiBinary(slate_size), integers or bools 0/1, 1 = like
     that position (all zeros = skip); `query` - Text of at most 64 characters from
     `QUERY_CHARSET`; when non-empty the next slate is BM25 search results for it
-    instead of recommendations (register-search-click). Anything else (0.9, "1", an
+    instead of recommendations (register-search-click); with `allow_search=False` a
+    non-empty query is an `InvalidAction` (Appendix B's evaluation setting: a_t in
+    L_t or a skip). Anything else (0.9, "1", an
     unknown key, a character outside the charset) is an `InvalidAction` naming it.
     Liked items are appended to the probe's history in the black box, which then
     builds the next slate. Items already liked never return; with
     `mask_shown=True` (default) items already shown do not either.
     Reward: the task's step reward (new target likes; change in profile
-    accuracy; minus slate popularity). Episode end: `truncated=True` when the
+    accuracy; minus slate popularity), for likes on recommender slates only: a
+    search-result round earns 0, and the task's metrics count only what the
+    recommender surfaced (search likes are reported apart, `search_likes`).
+    Episode end: `truncated=True` when the
     round budget is spent (`terminated` stays False: the budget is a time limit).
     Info: the probe's id (`probe`), slate item ids and texts (what an LLM probe
     reads), new likes, the task's per-probe metrics, and, with a `token_meter`, the
@@ -58,11 +63,13 @@ class ProbeEnv(gym.Env[ObsType, ActType]):
                  slate_size: int = 3, budget: int = 20, l_init: tuple[int, int] = (4, 6),
                  mask_shown: bool = True,
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
-                 token_meter: TokenMeter | None = None, render_mode: str | None = None):
+                 token_meter: TokenMeter | None = None, render_mode: str | None = None,
+                 allow_search: bool = True):
         check_render_mode(render_mode, self.metadata)
         self.l_init = check_l_init(l_init)
         self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
-                                   mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter)
+                                   mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter,
+                                   allow_search=allow_search)
         self.recommender, self.task = self.engine.recommender, self.engine.task
         self.dataset = self.engine.dataset
         self.render_mode = render_mode

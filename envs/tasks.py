@@ -17,20 +17,54 @@ from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError
 from ctrlsim.metrics import controllability as M
 
+# Where a slate came from. Metrics count only what the recommender surfaced (CtrlBench-Rec
+# Appendix B: a_t in L_t or a skip); search results are reported apart.
+SOURCE_RECOMMENDER, SOURCE_SEARCH = "recommender", "search"
+
 
 @dataclass
 class ProbeRecord:
     """What one probe did in one episode; tasks compute everything from this."""
 
     seed_history: tuple[str, ...]
-    likes: list[str] = field(default_factory=list)          # new likes, in order (C_j)
+    likes: list[str] = field(default_factory=list)          # new likes, in order, whatever the source
     likes_per_round: list[list[str]] = field(default_factory=list)
     slates: list[list[int]] = field(default_factory=list)   # catalogue indices shown per round
+    sources: list[str] = field(default_factory=list)        # per round: "recommender" or "search"
+    queries: list[str] = field(default_factory=list)        # per round: the query issued ("" = none)
     tokens: int = 0
 
     @property
     def history(self) -> tuple[str, ...]:
+        """Everything the probe liked (what the black box sees), search-found items included."""
         return self.seed_history + tuple(self.likes)
+
+    def _from_recommender(self, per_round: list) -> list:
+        # A round recorded before sources were kept counts as the recommender's.
+        return [x for n, x in enumerate(per_round)
+                if (self.sources[n] if n < len(self.sources) else SOURCE_RECOMMENDER) == SOURCE_RECOMMENDER]
+
+    @property
+    def recommender_likes_per_round(self) -> list[list[str]]:
+        """Per round, the likes on a recommender slate (C_j^t); a search round gives []."""
+        return [likes if (self.sources[n] if n < len(self.sources) else SOURCE_RECOMMENDER)
+                == SOURCE_RECOMMENDER else [] for n, likes in enumerate(self.likes_per_round)]
+
+    @property
+    def recommender_likes(self) -> list[str]:
+        """C_j: the likes the metrics count, those on slates the recommender built (in order)."""
+        found_by_search = set(self.search_likes)  # an item is liked at most once per probe
+        return [i for i in self.likes if i not in found_by_search]
+
+    @property
+    def search_likes(self) -> list[str]:
+        """Likes on search-result slates: they shape the history but are not the recommender's doing."""
+        return [i for n, r in enumerate(self.likes_per_round)
+                if n < len(self.sources) and self.sources[n] == SOURCE_SEARCH for i in r]
+
+    @property
+    def recommender_slates(self) -> list[list[int]]:
+        return self._from_recommender(self.slates)
 
 
 class Task(ABC):
@@ -50,11 +84,12 @@ class Task(ABC):
         """Reward for one round, after `new_likes` were appended to the record."""
 
     def probe_metrics(self, record: ProbeRecord) -> dict[str, float]:
-        return {"likes": len(record.likes)}
+        return {"likes": len(record.recommender_likes), "search_likes": len(record.search_likes)}
 
     def population_metrics(self, records: Sequence[ProbeRecord]) -> dict[str, float]:
-        return {"avg_len": M.average_behaviour_length([r.likes for r in records]),
-                "avg_tokens": M.average_tokens([r.tokens for r in records])}
+        return {"avg_len": M.average_behaviour_length([r.recommender_likes for r in records]),
+                "avg_tokens": M.average_tokens([r.tokens for r in records]),
+                "search_likes": float(sum(len(r.search_likes) for r in records))}
 
 
 def _target_items(dataset: Dataset, target: str | Sequence[str]) -> tuple[list[str], list[str]]:
@@ -88,12 +123,13 @@ class TargetDiscovery(Task):
         return float(sum(1 for i in dict.fromkeys(new_likes) if i in self.target and i not in earlier))
 
     def probe_metrics(self, record) -> dict[str, float]:
-        found = M.discovered_targets([record.likes], self.target)
-        return {"likes": len(record.likes), "targets_discovered": len(found),
-                "coverage": M.coverage([record.likes], self.target)}
+        likes = record.recommender_likes
+        found = M.discovered_targets([likes], self.target)
+        return {**super().probe_metrics(record), "targets_discovered": len(found),
+                "coverage": M.coverage([likes], self.target)}
 
     def population_metrics(self, records) -> dict[str, float]:
-        likes = [r.likes for r in records]
+        likes = [r.recommender_likes for r in records]
         return {"coverage": M.coverage(likes, self.target),
                 # `efficiency` as the paper's code computes it; Table 5's literal formula beside it
                 # (see `target_exploration_efficiency` for why the two differ).
@@ -155,10 +191,10 @@ class ProfileShaping(Task):
         return self.accuracy(record.history) - self.accuracy(before)
 
     def trajectory(self, record: ProbeRecord) -> list[np.ndarray]:
-        """Behaviour vector after each round (index 0 = seed history)."""
+        """Behaviour vector after each round (index 0 = seed history), from recommender-slate likes."""
         hist = list(record.seed_history)
         out = [M.centred_profile_vector(self.vectors[self.dataset.indices(hist)], self.global_mean)]
-        for likes in record.likes_per_round:
+        for likes in record.recommender_likes_per_round:
             hist.extend(likes)
             out.append(M.centred_profile_vector(self.vectors[self.dataset.indices(hist)], self.global_mean))
         return out
@@ -166,13 +202,13 @@ class ProfileShaping(Task):
     def probe_metrics(self, record) -> dict[str, float | None]:  # type: ignore[override]
         traj = self.trajectory(record)
         smooth = M.trajectory_smoothness(traj, lag=3)
-        shown = [self._item_tags[i] for s in record.slates for i in s]
+        shown = [self._item_tags[i] for s in record.recommender_slates for i in s]
         return {"accuracy": M.cosine(traj[-1], self.target_vector),
                 "accuracy_start": M.cosine(traj[0], self.target_vector),
                 # None, not NaN, before t+3 exists: NaN != NaN breaks equality of infos.
                 "smoothness": float(np.mean(smooth)) if smooth else None,
                 "js_divergence": M.js_divergence(M.tag_distribution(shown, self.all_tags), self.target_dist),
-                "likes": len(record.likes)}
+                **super().probe_metrics(record)}
 
     def population_metrics(self, records) -> dict[str, float | None]:  # type: ignore[override]
         per = [self.probe_metrics(r) for r in records]
@@ -212,18 +248,19 @@ class PopularityBias(Task):
         return -float(self.popularity[np.asarray(slate)].mean() / max(self.popularity.max(), 1.0))
 
     def probe_metrics(self, record) -> dict[str, float]:
-        shown = [i for s in record.slates for i in s]
+        shown = [i for s in record.recommender_slates for i in s]
         return {"mean_popularity": M.mean_popularity(self.popularity, shown),
-                "long_tail_likes": sum(1 for i in record.likes if i in self.long_tail),
-                "likes": len(record.likes)}
+                "long_tail_likes": sum(1 for i in record.recommender_likes if i in self.long_tail),
+                **super().probe_metrics(record)}
 
     def population_metrics(self, records) -> dict[str, float]:
-        shown = [i for r in records for s in r.slates for i in s]
+        shown = [i for r in records for s in r.recommender_slates for i in s]
         out = {"mean_popularity": M.mean_popularity(self.popularity, shown),
                "catalogue_mean_popularity": float(self.popularity.mean()),
-               "long_tail_discovered": len({i for r in records for i in r.likes if i in self.long_tail})}
+               "long_tail_discovered": len({i for r in records for i in r.recommender_likes
+                                            if i in self.long_tail})}
         if self.target:
-            out["coverage"] = M.coverage([r.likes for r in records], self.target)
+            out["coverage"] = M.coverage([r.recommender_likes for r in records], self.target)
         return {**out, **super().population_metrics(records)}
 
 

@@ -5,24 +5,73 @@ finished phase (entry present: load its artefacts) or an unfinished one (entry a
 again; its LLM calls come back from the response cache). The ledger (`phases.json`) also holds
 each phase's wall time and token use. Rosters (`roster_g{g}.json`, `final_roster.json`) are stored
 as `roster_to_json` writes them.
+
+One writer at a time: `locked_folder` holds an exclusive, non-blocking `flock` on the folder's
+`LOCK_FILE` while a run writes it; a second process gets `RunLockedError` naming the folder.
+`EVOLUTION_FORMAT` versions what the loop does, for caches keyed on it.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from ctrlsim.atomic import atomic_write_bytes
-from ctrlsim.errors import DataFileError
+from ctrlsim.errors import ConfigError, DataFileError, RunLockedError
 
 from ..persona import Persona
 
 LEDGER = "phases.json"
 FINAL_ROSTER = "final_roster.json"
+LOCK_FILE = ".evolution.lock"
+
+#: The evolution loop's behaviour version, part of every evolution cache key (with the prompt
+#: texts and `ctrlsim.__version__`): bump when the loop's behaviour changes (what a phase does, how
+#: it seeds, what it writes), so no cached super probes from an older loop are reused.
+EVOLUTION_FORMAT = 1
+
+
+@contextmanager
+def locked_folder(path: str | Path) -> Iterator[Path]:
+    """Hold an exclusive lock on folder `path` (created if missing) for the body of the `with`.
+
+    The lock is a `flock` on `path/LOCK_FILE`, opened without following a symlink and never
+    truncated or written; the OS drops it when the process ends, even on SIGKILL. A second
+    holder, in this process or another, gets `RunLockedError` at once (no waiting)."""
+    import fcntl
+
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / LOCK_FILE
+    flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(lock, flags, 0o644)
+    except OSError as exc:
+        why = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened ({exc.strerror})"
+        raise ConfigError(f"the lock file {lock} of evolution folder {folder} {why}; remove it") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise RunLockedError(
+                f"evolution folder {folder} is being written by another run (it holds {lock}); wait "
+                "for that run to finish, or give this one another work dir"
+            ) from None
+        try:
+            yield folder
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def roster_to_json(personas: Sequence[Persona], **extra) -> dict:

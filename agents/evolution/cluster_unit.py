@@ -31,6 +31,7 @@ class FusionJob:
     debate: GenerationSettings
     merge: GenerationSettings
     behaviour_limit: int
+    force_target_items: bool = False  # EvolutionSettings.force_target_items
 
     def unit_keys(self) -> list[str]:
         return [f"fusion/g{self.generation}/cluster-{c}" for c in range(len(self.groups))]
@@ -75,6 +76,7 @@ def fuse_cluster(llm, dataset, job: FusionJob, cluster: int) -> dict:
         max_tokens=job.merge.max_tokens,
         key_prefix=f"g{job.generation}/merge",
         schema_groups=groups,
+        force_target_items=job.force_target_items,
     )[0]
     return {
         "cluster": cluster,

@@ -4,8 +4,10 @@ Round 1: each member states its preferences and representative behaviour. Round 
 member reads everyone's round-1 statements and negotiates toward one group profile, quoting
 the others (Appendix D.3 "Interactive debate", Appendix E). One round across ALL clusters is
 ONE batched `llm.chat` call, so the debate costs two calls per generation however many
-clusters there are. The transcript (who said what, in which round) is kept for the merge
-agent and written to the run folder.
+clusters there are. When sampling, each speaker's turn has its own seed, derived from the
+phase's seed, the round and the speaker's probe id (unique in a generation), so it is the same
+whether its cluster debates alone or with the others. The transcript (who said what, in which
+round) is kept for the merge agent and written to the run folder.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ctrlsim.data import Dataset
+from ctrlsim.seeding import derive_seed
 
 from ..persona import Persona
 from . import prompts as P
@@ -32,11 +35,23 @@ class Turn:
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """How the loop's own LLM calls (debate, merge) are made; a seed makes sampled replies cacheable."""
+    """How the loop's own LLM calls (debate, merge) are made; a seed makes sampled replies cacheable.
+
+    When sampling (temperature > 0) with a seed, each conversation gets its own seed derived from
+    this one and what names the conversation (`conversation_seeds`), so the conversations of a
+    batch do not share their draws; greedy calls use this one seed for the whole batch."""
 
     max_tokens: int = 160
     temperature: float = 0.0
     seed: int | None = None
+
+    def conversation_seeds(self, *names: Sequence[str | int]) -> int | list[int] | None:
+        """The `seed` argument of a batched `chat`: one seed per conversation, derived from `seed`
+        and that conversation's keys (`names[n]`, e.g. ("round", 1, probe id)), when sampling with
+        a seed; otherwise `seed` itself for the whole batch."""
+        if self.temperature > 0 and self.seed is not None:
+            return [derive_seed(self.seed, *keys) for keys in names]
+        return self.seed
 
 
 def behaviour_lines(persona: Persona, dataset: Dataset, *, with_ids: bool, limit: int | None = None) -> str:
@@ -94,7 +109,7 @@ def run_debate(
         round1,
         max_tokens=settings.max_tokens,
         temperature=settings.temperature,
-        seed=settings.seed,
+        seed=settings.conversation_seeds(*[("round", 1, p.probe_id) for _, p in speakers]),
         keys=keys,
     )
     for (n, persona), reply in zip(speakers, replies1):
@@ -122,7 +137,7 @@ def run_debate(
         round2,
         max_tokens=settings.max_tokens,
         temperature=settings.temperature,
-        seed=settings.seed,
+        seed=settings.conversation_seeds(*[("round", 2, p.probe_id) for _, p in speakers]),
         keys=keys,
     )
     for (n, persona), reply in zip(speakers, replies2):

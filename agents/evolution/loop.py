@@ -62,6 +62,10 @@ class EvolutionSettings:
     k_rule: "halve" (k = ceil(N/2)) or "silhouette" (best k in [N/2, 3N/4]).
     alpha: weight of the bio in V = α·enc(bio) + (1−α)·mean(enc(liked items)).
     fusion: "debate-merge" (CtrlBench-Rec) or "select-best" (KMeans-Fusion).
+    force_target_items: False (default, the paper's public code): the merge prompt asks the model
+        to keep target-tag items as much as possible and the behaviour is what it kept. True: every
+        member target item the model dropped is added back (the rule this loop applied before;
+        each generation's summary counts the items added, `target_items_added`).
     """
 
     merges: int = 2
@@ -75,6 +79,7 @@ class EvolutionSettings:
     temperature: float = 0.7
     debate_behaviour_items: int = 8
     align_min_behaviour: int = 4
+    force_target_items: bool = False
 
     def __post_init__(self):
         for name in (
@@ -98,6 +103,8 @@ class EvolutionSettings:
             raise ConfigError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if not isinstance(self.force_target_items, bool):
+            raise ConfigError(f"force_target_items must be true or false, got {self.force_target_items!r}")
 
 
 @dataclass
@@ -221,6 +228,10 @@ class EvolutionLoop(EvolutionPhases):
 
     # ------------------------------------------------------------------ summaries
     def generation_summary(self, g: int) -> dict:
+        """Sizes, k and silhouette of generation g's clustering, and what fusion made of it:
+        `invalid_merges` (outcomes not valid, filters included), `merge_fallbacks` (merges whose
+        retry failed too, so the cluster is its best member, flagged `FLAG_MERGE_FALLBACK`) and
+        `target_items_added` (target items the merge added back; 0 unless `force_target_items`)."""
         clusters = self.folder.read_json(f"clusters_g{g}.json")
         fusion = self.folder.read_json(f"merge_g{g}.json")["outcomes"]
         return {
@@ -231,4 +242,9 @@ class EvolutionLoop(EvolutionPhases):
             "sizes": [len(m) for m in clusters["members"]],
             "next_probes": len(fusion),
             "invalid_merges": sum(not o["valid"] for o in fusion),
+            # Counted from the outcomes, not the persona flags: a flag is inherited by the next
+            # generation's fallback from the same persona, so flags would count it twice.
+            "merges": sum(o["kind"] == "merge" for o in fusion),
+            "merge_fallbacks": sum(o["kind"] == "merge" and not o["valid"] for o in fusion),
+            "target_items_added": sum(len(o.get("added_target_items", ())) for o in fusion),
         }

@@ -2,11 +2,19 @@
 
 Input per cluster: the members' profiles (behaviour as "id: Title (Year), (Genres)"), the
 debate transcript and the target tag list as the anchor. Output: a bio, the top-5 interests
-and the behaviour filtered to the new persona; items with a target tag are always kept (added
-back when the model drops them). A one-member cluster is only filtered. An unusable reply gets
-one retry; if that fails too the cluster is represented by its best member, flagged.
-All merges of a generation go out in one batched call (filters in a second one); retries in
-one more per kind.
+and the behaviour filtered to the new persona. The prompt asks the model to keep the items with
+a target tag as much as possible, as the paper's public code does, and the behaviour is what
+the model kept (ids that exist among the members' items). `force_target_items=True`
+(`EvolutionSettings.force_target_items`) adds back every member target item the model dropped,
+the rule this module used to apply always; `FusionOutcome.added_target_items` lists what was
+added (empty when not forced) and the loop's generation summary counts them, since super probes
+that start with target-heavy histories could owe their advantage to that rule rather than to
+debate and merge. A one-member cluster is only filtered. An unusable reply gets one retry; if
+that fails too the cluster is represented by its best member, flagged (`FLAG_MERGE_FALLBACK`,
+`valid=False`). All merges of a generation go out in one batched call (filters in a second
+one); retries in one more per kind. When sampling, each conversation has its own seed, derived
+from the phase's seed, the kind of call and the new probe's id (unique in a generation and the
+same when a cluster is fused on its own, `cluster_unit`).
 
 `select_best` is the KMeans-Fusion baseline's fusion: keep each cluster's best member.
 """
@@ -105,18 +113,24 @@ def _item_list(value, text: str) -> list[str]:
 
 
 def distil_behaviour(
-    chosen: Sequence[str], allowed: Sequence[str], target_items: set[str]
+    chosen: Sequence[str], allowed: Sequence[str], target_items: set[str], *, force_target_items: bool = False
 ) -> tuple[list[str], list[str]]:
-    """Chosen ids that exist among `allowed`, plus every allowed target item; in `allowed` order.
-    Returns (behaviour, target items that had to be added back)."""
+    """Chosen ids that exist among `allowed`, in `allowed` order; with `force_target_items`, also
+    every allowed target item the model dropped. Returns (behaviour, target items added back:
+    always empty unless forced)."""
     chosen_set = set(chosen)
+    if not force_target_items:
+        return [i for i in allowed if i in chosen_set], []
     added = [i for i in allowed if i in target_items and i not in chosen_set]
     keep = chosen_set | set(added)
     return [i for i in allowed if i in keep], added
 
 
-def parse_merge_reply(text: str, allowed: Sequence[str], target_items: set[str]) -> tuple[dict, list[str]]:
-    """{"name", "bio", "interests", "behaviour"} from a merge reply; raises LLMOutputError if unusable."""
+def parse_merge_reply(
+    text: str, allowed: Sequence[str], target_items: set[str], *, force_target_items: bool = False
+) -> tuple[dict, list[str]]:
+    """{"name", "bio", "interests", "behaviour"} from a merge reply, and the target items added back
+    (`distil_behaviour`); raises LLMOutputError if unusable."""
     obj = extract_json_object(text)
     if obj is None:
         raise LLMOutputError("no JSON object", text)
@@ -127,7 +141,9 @@ def parse_merge_reply(text: str, allowed: Sequence[str], target_items: set[str])
     interests = obj.get("interests")
     if not isinstance(interests, list) or not [s for s in interests if isinstance(s, str) and s.strip()]:
         raise LLMOutputError('"interests" is not a non-empty list of strings', text)
-    behaviour, added = distil_behaviour(_item_list(obj.get("behaviour"), text), allowed, target_items)
+    behaviour, added = distil_behaviour(
+        _item_list(obj.get("behaviour"), text), allowed, target_items, force_target_items=force_target_items
+    )
     if not behaviour:
         raise LLMOutputError("no behaviour item is one of the members' items", text)
     name = obj.get("name") if isinstance(obj.get("name"), str) and obj.get("name").strip() else ""
@@ -136,12 +152,14 @@ def parse_merge_reply(text: str, allowed: Sequence[str], target_items: set[str])
 
 
 def parse_filter_reply(
-    text: str, allowed: Sequence[str], target_items: set[str]
+    text: str, allowed: Sequence[str], target_items: set[str], *, force_target_items: bool = False
 ) -> tuple[list[str], list[str]]:
     obj = extract_json_object(text)
     if obj is None:
         raise LLMOutputError("no JSON object", text)
-    behaviour, added = distil_behaviour(_item_list(obj.get("behaviour"), text), allowed, target_items)
+    behaviour, added = distil_behaviour(
+        _item_list(obj.get("behaviour"), text), allowed, target_items, force_target_items=force_target_items
+    )
     if not behaviour:
         raise LLMOutputError("no behaviour item is one of the listed items", text)
     return behaviour, added
@@ -157,13 +175,16 @@ def _profile_block(persona: Persona, dataset: Dataset) -> str:
     )
 
 
-def _chat_json(llm, conversations, schema: dict, settings: GenerationSettings, keys, max_tokens: int):
+def _chat_json(
+    llm, conversations, schema: dict, settings: GenerationSettings, keys, max_tokens: int, seed_names
+):
+    """One batched call; `seed_names[n]` names conversation n's own seed when sampling."""
     kwargs = {"json_schema": schema} if getattr(llm, "supports_json_schema", False) else {}
     return llm.chat(
         conversations,
         max_tokens=max_tokens,
         temperature=settings.temperature,
-        seed=settings.seed,
+        seed=settings.conversation_seeds(*seed_names),
         keys=keys,
         **kwargs,
     )
@@ -184,8 +205,10 @@ def fuse_clusters(
     max_tokens: int = 384,
     key_prefix: str = "merge",
     schema_groups: Sequence[Sequence[Persona]] | None = None,
+    force_target_items: bool = False,
 ) -> list[FusionOutcome]:
-    """Merge every multi-member group and filter every single-member group (see module docstring).
+    """Merge every multi-member group and filter every single-member group (see module docstring;
+    `force_target_items` adds back the target items the model dropped).
 
     `schema_groups` (default: `groups`) are the clusters whose behaviour defines the reply schema
     (allowed item ids, list length): fusing one cluster of a generation on its own with the whole
@@ -225,7 +248,9 @@ def fuse_clusters(
         group = groups[n]
         members = tuple(p.probe_id for p in group)
         if n in jobs["merge"]:
-            fields, added = parse_merge_reply(text, union[n], target_items)
+            fields, added = parse_merge_reply(
+                text, union[n], target_items, force_target_items=force_target_items
+            )
             persona = Persona(
                 probe_id=new_ids[n],
                 name=fields["name"] or f"Group {new_ids[n]}",
@@ -235,7 +260,9 @@ def fuse_clusters(
                 source="merge",
             )
             return FusionOutcome(persona, members, "merge", added_target_items=tuple(added))
-        behaviour, added = parse_filter_reply(text, union[n], target_items)
+        behaviour, added = parse_filter_reply(
+            text, union[n], target_items, force_target_items=force_target_items
+        )
         persona = replace(group[0], probe_id=new_ids[n], behaviour=tuple(behaviour))
         return FusionOutcome(persona, members, "filter", added_target_items=tuple(added))
 
@@ -251,7 +278,8 @@ def fuse_clusters(
         schema = schema_fn(allowed_ids, max(len(ids) for ids in in_scope))
         convs = {n: conversation(n) for n in todo}
         keys = [f"{key_prefix}/{new_ids[n]}" for n in todo]
-        replies = _chat_json(llm, [convs[n] for n in todo], schema, settings, keys, max_tokens)
+        seed_names = [(kind, new_ids[n]) for n in todo]
+        replies = _chat_json(llm, [convs[n] for n in todo], schema, settings, keys, max_tokens, seed_names)
         failed: dict[int, tuple[str, str]] = {}
         for n, reply in zip(todo, replies):
             try:
@@ -270,7 +298,13 @@ def fuse_clusters(
                 for n in failed
             ]
             retry_replies = _chat_json(
-                llm, retry_convs, schema, settings, [f"{key_prefix}/{new_ids[n]}" for n in failed], max_tokens
+                llm,
+                retry_convs,
+                schema,
+                settings,
+                [f"{key_prefix}/{new_ids[n]}" for n in failed],
+                max_tokens,
+                [(kind, "retry", new_ids[n]) for n in failed],
             )
             for n, reply in zip(list(failed), retry_replies):
                 first_text, first_problem = failed[n]

@@ -10,7 +10,10 @@ Options (`method_options[name]` in the ctrlbench config): merges, rounds_per_mer
 alpha, encoder, temperature, and any other `EvolutionSettings` field. The loop's artefacts go
 to a folder under $CTRLSIM_CACHE/ctrlbench/evolution named by everything that determines them,
 so a rerun resumes there and ctrlbench-logic reuses ctrlbench's evolution instead of paying for
-it again.
+it again. The name also covers the code: a digest of every prompt text the probes and the loop
+use (`prompt_texts`) and the code version (`ctrlsim.__version__`, `EVOLUTION_FORMAT`), so editing
+a prompt never reuses old super probes. A run holds the folder's lock while it writes there
+(`artefacts.locked_folder`); a second run on the same folder gets `RunLockedError`.
 """
 
 from __future__ import annotations
@@ -20,9 +23,13 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
+from ctrlsim.atomic import atomic_write_text
 from ctrlsim.errors import ConfigError
 
+from .. import prompts as probe_prompts
 from ..methods import MethodContext, MethodSpec, Population, register_method
+from . import prompts as loop_prompts
+from .artefacts import EVOLUTION_FORMAT, locked_folder
 from .loop import EvolutionLoop, EvolutionSettings
 
 SETTING_NAMES = {f.name for f in fields(EvolutionSettings)}
@@ -40,12 +47,36 @@ def settings_from_options(options: dict, **defaults) -> tuple[EvolutionSettings,
     return EvolutionSettings(**{**defaults, **options}), encoder
 
 
-def evolution_folder(context: MethodContext, settings: EvolutionSettings, encoder: str) -> Path:
-    """Where this (box, target, seed, K, LLM, settings) evolution keeps its artefacts."""
-    from ctrlsim.backends.bundled import cache_dir
+PROMPT_MODULES = (probe_prompts, loop_prompts)
 
+
+def prompt_texts() -> dict[str, str]:
+    """Every module-level str constant (dunders aside) of the probes' and the loop's prompt modules,
+    by "module.NAME", sorted by that name: what the evolution cache key hashes."""
+    texts = {
+        f"{module.__name__}.{name}": value
+        for module in PROMPT_MODULES
+        for name, value in vars(module).items()
+        if isinstance(value, str) and not (name.startswith("__") and name.endswith("__"))
+    }
+    return dict(sorted(texts.items()))
+
+
+def prompt_digest() -> str:
+    """sha256 over `prompt_texts` (names and values)."""
+    return hashlib.sha256(json.dumps(prompt_texts(), ensure_ascii=False).encode()).hexdigest()
+
+
+def code_version() -> dict:
+    import ctrlsim
+
+    return {"ctrlsim": ctrlsim.__version__, "evolution_format": EVOLUTION_FORMAT}
+
+
+def evolution_identity(context: MethodContext, settings: EvolutionSettings, encoder: str) -> dict:
+    """Everything that determines an evolution's artefacts (what its folder name hashes)."""
     llm = context.llm()
-    identity = {
+    return {
         "dataset": context.dataset.name,
         "box": getattr(context.recommender, "identity", None),
         "target": list(context.target_tags),
@@ -57,12 +88,22 @@ def evolution_folder(context: MethodContext, settings: EvolutionSettings, encode
         "settings": asdict(settings),
         "decisions": asdict(context.decision_settings),
         "profiles": asdict(context.profile_settings),
+        "prompts": prompt_digest(),
+        "code": code_version(),
     }
+
+
+def evolution_folder(context: MethodContext, settings: EvolutionSettings, encoder: str) -> Path:
+    """Where this (box, target, seed, K, LLM, settings, prompts, code) evolution keeps its artefacts;
+    the folder's `identity.json` records what its name hashes."""
+    from ctrlsim.backends.bundled import cache_dir
+
+    identity = evolution_identity(context, settings, encoder)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
     base = Path(context.work_dir) if context.work_dir is not None else cache_dir("ctrlbench", "evolution")
     folder = base / f"{settings.fusion}-{digest}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "identity.json").write_text(json.dumps(identity, indent=2, default=str) + "\n")
+    atomic_write_text(folder / "identity.json", json.dumps(identity, indent=2, default=str) + "\n")
     return folder
 
 
@@ -73,20 +114,21 @@ def evolve(context: MethodContext, *, fusion: str, prompt_variant: str = "defaul
     settings, encoder = settings_from_options(context.options, fusion=fusion, **defaults)
     task = make_task("target-discovery", context.recommender.dataset, target=list(context.target_tags))
     folder = evolution_folder(context, settings, encoder)
-    loop = EvolutionLoop(
-        folder,
-        dataset=context.dataset,
-        recommender=context.recommender,
-        task=task,
-        llm=context.llm(),
-        encoder=encoder,
-        settings=settings,
-        decision_settings=context.decision_settings,
-        seed=context.seed,
-        slate_size=context.slate_size,
-        show_progress=context.show_progress,
-    )
-    result = loop.run(lambda: context.base_personas(context.k_large))
+    with locked_folder(folder):  # one writer: a second run on this folder gets RunLockedError
+        loop = EvolutionLoop(
+            folder,
+            dataset=context.dataset,
+            recommender=context.recommender,
+            task=task,
+            llm=context.llm(),
+            encoder=encoder,
+            settings=settings,
+            decision_settings=context.decision_settings,
+            seed=context.seed,
+            slate_size=context.slate_size,
+            show_progress=context.show_progress,
+        )
+        result = loop.run(lambda: context.base_personas(context.k_large))
     return Population(
         tuple(result.final),
         "llm",

@@ -184,6 +184,7 @@ class EvolutionPhases:
             debate=self._generation_settings(g, "debate", self.settings.debate_max_tokens),
             merge=self._generation_settings(g, "merge", self.settings.merge_max_tokens),
             behaviour_limit=self.settings.debate_behaviour_items,
+            force_target_items=self.settings.force_target_items,
         )
 
     def _fused_elsewhere(self, g: int, half: str) -> tuple[list[dict], dict]:
@@ -255,6 +256,7 @@ class EvolutionPhases:
             settings=self._generation_settings(g, "merge", self.settings.merge_max_tokens),
             max_tokens=self.settings.merge_max_tokens,
             key_prefix=f"g{g}/merge",
+            force_target_items=self.settings.force_target_items,
         )
         return self._write_fusion(g, outcomes)
 
@@ -278,6 +280,7 @@ class EvolutionPhases:
             "selected": kinds.count("select"),
             "invalid": sum(not o.valid for o in outcomes),
             "retried": sum(o.retried for o in outcomes),
+            "target_items_added": sum(len(o.added_target_items) for o in outcomes),
         }
 
     def phase_align(self) -> dict:

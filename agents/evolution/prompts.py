@@ -43,7 +43,9 @@ STATEMENT = '- {name} ({probe_id}): "{text}"'
 # --------------------------------------------------------------------------- merge
 # Appendix G, User Merge Expert Agent: CONTEXT establishes the expert identity; SYNTHESIS PROCESS
 # defines the atomic operations (bio synthesis, interest filtering to the top 5, behaviour
-# distillation); target_tag_list is the attentional anchor: items with a target tag are kept.
+# distillation); target_tag_list is the attentional anchor: items with a target tag are kept "as much
+# as possible" (the wording of the paper's public code; the loop adds dropped ones back only when
+# `EvolutionSettings.force_target_items` is set).
 # Input (Appendix D.3 "Merge"): the members' original profiles, behaviour written as
 # "id: Title (Year), (Genres)", and the debate log L_j.
 MERGE_SYSTEM = (
@@ -55,8 +57,8 @@ MERGE_SYSTEM = (
     "members' consensus and drops contradictions.\n"
     "2. Interest filtering: keep the top 5 interests shared by the group, most important first.\n"
     "3. Behaviour distillation: from the members' behaviour, keep the item ids that fit the new "
-    "profile; drop noisy or contradictory ones; always keep every item that has a tag from "
-    "target_tag_list.\n"
+    "profile; drop noisy or contradictory ones; keep the items that have a tag from target_tag_list "
+    "as much as possible.\n"
     'Reply with one JSON object and nothing else: {{"name": "...", "bio": "...", "interests": '
     '["...", ...], "behaviour": ["item id", ...]}}'
 )
@@ -71,11 +73,11 @@ MERGE_USER = (
 MEMBER_PROFILE = "[{probe_id}] {name}. {bio}\nInterests: {interests}\nBehaviour:\n{behaviour}"
 
 # Appendix D.3 / reference behaviour: a cluster with one member has nobody to merge with, so the
-# expert only filters its behaviour to the persona (keeping target-tag items).
+# expert only filters its behaviour to the persona (keeping target-tag items as much as possible).
 FILTER_SYSTEM = (
     "CONTEXT: You are the User Merge Expert. You clean one {domain} user's behaviour: keep the item ids "
-    "that fit the user's profile, drop noisy or contradictory ones, and always keep every item that has "
-    "a tag from target_tag_list.\n"
+    "that fit the user's profile, drop noisy or contradictory ones, and keep the items that have a tag "
+    "from target_tag_list as much as possible.\n"
     'Reply with one JSON object and nothing else: {{"behaviour": ["item id", ...]}}'
 )
 

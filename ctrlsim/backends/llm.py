@@ -6,6 +6,9 @@ method that separates liked from disliked items on small models), and
 `rate_by_generation` is SteerEval's generate-and-parse rating, kept for
 faithful reproduction. All three go through the token meter and the optional
 response cache; runtimes implement only `_generate` and `_digit_logprobs`.
+`chat` takes one seed per conversation when asked (`seed=[...]`): the base class then calls
+`_generate` once per group of conversations with identical parameters, so every runtime sees
+one `GenerationParams` (one seed) per call.
 """
 from __future__ import annotations
 
@@ -88,6 +91,26 @@ def canonical_schema(json_schema: dict | None) -> str | None:
         return json.dumps(json_schema, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"json_schema is not JSON-serialisable: {exc}") from exc
+
+
+def per_conversation_seeds(seed: int | Sequence[int] | None, n: int) -> list[int | None]:
+    """`chat`'s `seed` as one seed per conversation: None or one int for all `n`, or a sequence of
+    exactly `n` ints (`ConfigError` naming both lengths otherwise)."""
+    if seed is None:
+        return [None] * n
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return [int(seed)] * n
+    if isinstance(seed, (str, bytes, bool)) or not isinstance(seed, (Sequence, np.ndarray)):
+        raise ConfigError(f"seed must be None, an int or a sequence of ints (one per conversation), "
+                          f"got {type(seed).__name__}")
+    seeds = list(seed)
+    if len(seeds) != n:
+        raise ConfigError(f"got {len(seeds)} seeds for {n} conversations "
+                          "(give one seed per conversation, or one int)")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+            raise ConfigError(f"every per-conversation seed must be an int, got {s!r}")
+    return [int(s) for s in seeds]
 
 
 def validate_conversations(conversations: Sequence[Conversation]) -> list[Conversation]:
@@ -192,9 +215,20 @@ class LLM(ABC):
 
     # ------------------------------------------------------------ public API
     def chat(self, conversations: Sequence[Conversation], *, max_tokens: int = 256, temperature: float = 0.0,
-             top_p: float = 1.0, seed: int | None = None, stop: Sequence[str] = (),
+             top_p: float = 1.0, seed: int | Sequence[int] | None = None, stop: Sequence[str] = (),
              keys: Sequence[str | None] | None = None, json_schema: dict | None = None) -> list[Completion]:
         """Generate a reply for each conversation. `keys` charge each call's tokens to a meter key.
+
+        `seed` is None (unseeded: sampled replies are not cached), one int for the whole batch, or
+        a sequence with one int per conversation. With one int every conversation samples from the
+        same seed, so at temperature > 0 identical conversations get identical replies (their draws
+        are shared). With a sequence each conversation has its own `GenerationParams` and its own
+        cache key, computed with its own seed (a sequence of equal seeds gives exactly the keys of
+        that one int); conversations whose params are identical still go to the runtime together,
+        one call per group (`_generate_each`), and the replies come back in the batch's order. A
+        conversation's seeded reply then depends on its prompt and its own seed, not on what else
+        is in the batch. At temperature 0 pass one int: the seed does not change a greedy reply,
+        and a sequence would split the batch into single-conversation calls.
 
         `json_schema` (a JSON Schema dict) constrains decoding so every reply is JSON matching it;
         runtimes without constrained decoding (`supports_json_schema` False) raise `ConfigError`.
@@ -209,28 +243,51 @@ class LLM(ABC):
         if schema_text is not None and not self.supports_json_schema:
             raise ConfigError(f"the {self.runtime} runtime ({self.model_id}) cannot constrain replies to a "
                               "JSON schema; check `supports_json_schema` before passing json_schema")
-        params = GenerationParams(max_tokens, float(temperature), float(top_p), seed, tuple(stop),
-                                  schema_text)
+        params = [GenerationParams(max_tokens, float(temperature), float(top_p), s, tuple(stop), schema_text)
+                  for s in per_conversation_seeds(seed, len(conversations))]
         keys = self._keys(keys, len(conversations))
         results: list[Completion | None] = [None] * len(conversations)
-        cache_keys = self._cache_keys("chat", conversations, params.cache_params()) \
-            if params.reproducible() else None
-        if cache_keys is not None:
-            for i, value in self._cached(cache_keys, Completion.FIELDS).items():
-                results[i] = Completion(**value, cached=True)
+        # Position -> cache key, for the reproducible calls only (unseeded sampling is never cached).
+        cache_keys = {i: cache_key(self.cache_identity(), "chat", conv, p.cache_params())
+                      for i, (conv, p) in enumerate(zip(conversations, params)) if p.reproducible()}
+        cacheable = list(cache_keys)
+        for n, value in self._cached([cache_keys[i] for i in cacheable], Completion.FIELDS).items():
+            results[cacheable[n]] = Completion(**value, cached=True)
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
-            fresh = self._generate([conversations[i] for i in todo], params)
+            fresh = self._generate_each([conversations[i] for i in todo], [params[i] for i in todo])
+            if len(fresh) != len(todo):
+                raise ModelError(f"the runtime returned {len(fresh)} replies for {len(todo)} conversations")
             for i, completion in zip(todo, fresh):
                 results[i] = completion
-            if cache_keys is not None and self.cache is not None:
-                self.cache.put_many({cache_keys[i]: completion.to_dict()
-                                     for i, completion in zip(todo, fresh)})
+            store = {cache_keys[i]: completion.to_dict() for i, completion in zip(todo, fresh)
+                     if i in cache_keys}
+            if self.cache is not None and store:
+                self.cache.put_many(store)
         completions = _all_filled(results)
         for completion, key in zip(completions, keys):
             self.meter.add(completion.prompt_tokens, completion.completion_tokens, key=key,
                            cached=completion.cached)
         return completions
+
+    def _generate_each(self, conversations: list[Conversation],
+                       params: list[GenerationParams]) -> list[Completion]:
+        """One completion per conversation, each under its own params (`params[n]` for
+        `conversations[n]`): one `_generate` call per group of identical params, groups in order of
+        first appearance, replies in the conversations' order. A runtime that sends every
+        conversation as a request of its own may override this to send all groups together."""
+        groups: dict[GenerationParams, list[int]] = {}
+        for n, p in enumerate(params):
+            groups.setdefault(p, []).append(n)
+        out: list[Completion | None] = [None] * len(conversations)
+        for p, members in groups.items():
+            fresh = self._generate([conversations[n] for n in members], p)
+            if len(fresh) != len(members):
+                raise ModelError(f"the runtime returned {len(fresh)} replies for {len(members)} "
+                                 "conversations")
+            for n, completion in zip(members, fresh):
+                out[n] = completion
+        return _all_filled(out)
 
     def rate(self, conversations: Sequence[Conversation], *, prefix: str = RATING_PREFIX,
              keys: Sequence[str | None] | None = None) -> np.ndarray:

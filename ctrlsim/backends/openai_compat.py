@@ -263,14 +263,21 @@ class OpenAICompatLLM(LLM):
         return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
 
     def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
-        def one(conv: Conversation) -> Completion:
-            body: dict = {"model": self.model, "messages": conv, "max_tokens": params.max_tokens,
-                          "temperature": params.temperature, "top_p": params.top_p}
-            if params.seed is not None:
-                body["seed"] = params.seed
-            if params.stop:
-                body["stop"] = list(params.stop)
-            schema = params.schema
+        return self._generate_each(conversations, [params] * len(conversations))
+
+    def _generate_each(self, conversations: list[Conversation],
+                       params: list[GenerationParams]) -> list[Completion]:
+        """Every conversation is a request of its own with its own params (seed included), so a
+        batch with one seed per conversation still goes out together, `max_concurrency` at a time."""
+        def one(job: tuple[Conversation, GenerationParams]) -> Completion:
+            conv, p = job
+            body: dict = {"model": self.model, "messages": conv, "max_tokens": p.max_tokens,
+                          "temperature": p.temperature, "top_p": p.top_p}
+            if p.seed is not None:
+                body["seed"] = p.seed
+            if p.stop:
+                body["stop"] = list(p.stop)
+            schema = p.schema
             if schema is not None:
                 style = self._schema_style
                 body["response_format"] = self._response_format(schema, style)
@@ -287,7 +294,7 @@ class OpenAICompatLLM(LLM):
             return Completion(choice["message"].get("content") or "", int(usage.get("prompt_tokens") or 0),
                               int(usage.get("completion_tokens") or 0), choice.get("finish_reason") or "stop")
 
-        return self._concurrently(one, conversations)
+        return self._concurrently(one, list(zip(conversations, params)))
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
         def one(conv: Conversation) -> DigitScores:

@@ -87,13 +87,23 @@ class VLLMLLM(LLM):
             + assistant_prefix
 
     def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
+        return self._generate_each(conversations, [params] * len(conversations))
+
+    def _generate_each(self, conversations: list[Conversation],
+                       params: list[GenerationParams]) -> list[Completion]:
+        """One engine call for the whole batch, with one `SamplingParams` per prompt: a request's
+        own seed makes its draws its own (vLLM seeds a generator per request)."""
         from vllm import SamplingParams
 
-        schema = params.schema
-        constrained = structured_output_options(schema) if schema is not None else {}
-        sp = SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
-                            seed=params.seed, stop=list(params.stop) or None, **constrained)
-        results = self.engine.generate([self.render(c) for c in conversations], sp, use_tqdm=False)
+        def sampling(p: GenerationParams):
+            schema = p.schema
+            constrained = structured_output_options(schema) if schema is not None else {}
+            return SamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p,
+                                  seed=p.seed, stop=list(p.stop) or None, **constrained)
+
+        built = {p: sampling(p) for p in dict.fromkeys(params)}  # one SamplingParams per distinct params
+        sps = [built[p] for p in params]
+        results = self.engine.generate([self.render(c) for c in conversations], sps, use_tqdm=False)
         return [Completion(r.outputs[0].text, len(r.prompt_token_ids), len(r.outputs[0].token_ids),
                            r.outputs[0].finish_reason or "stop") for r in results]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlsim.errors import ConfigError, DataError, DataFileError
-from ctrlsim.experiments.config import RunOptions, check_choices, check_range, config_to_dict
+from ctrlsim.experiments.config import RunOptions, check_choice, check_choices, check_range, config_to_dict
 from ctrlsim.experiments.runner import Runner
 
 DEFAULT_OUT = "results/ctrlbench"
@@ -40,15 +40,22 @@ ROSTER_METHOD = "roster"
 PAPER_SLATE_SIZE = {"narm": 20}
 PAPER_CHECKPOINTS = (5, 10, 15, 20)
 
-# `--preset paper`: the paper's sizes (K = 100 / 26, t = 20, six ML-1M genres, five boxes).
+# The paper's code steers one population toward the union of six genres (Figure 3 splits it).
+PAPER_UNION = "Action+Adventure+Thriller+War+Romance+Film-Noir"
+# `--preset paper`: the paper's sizes (K = 100 / 26, t = 20, the six-genre union, five boxes),
+# search off as Appendix B's evaluation (a_t in L_t or a skip).
 PAPER_PRESET: dict[str, Any] = {
-    "methods": ("base-large", "base-small", "kmeans-fusion", "ctrlbench"),
+    "methods": ("base-large", "base-small", "kmeans-fusion", "ctrlbench", "random", "oracle"),
     "recommenders": ("twhin-bert", "bge", "narm", "sasrec", "keyword-bm25"),
-    "targets": ("Action", "Thriller", "Romance", "Adventure", "War", "Film-Noir"),
+    "targets": (PAPER_UNION,),
     "agents": (100, 26),
     "rounds": 20,
+    "seeds": (0, 1, 2),
     "temperature": 1.0,
+    "allow_search": False,
 }
+TASK_CHOICES = ("target-discovery", "profile-shaping", "popularity")
+SMALL_USERS = ("own", "nested")
 PRESETS = {"paper": PAPER_PRESET}
 
 
@@ -62,24 +69,41 @@ def _known_recommenders() -> list[str]:
 class CtrlBenchConfig:
     """One CtrlBench-Rec comparison (what identifies its results)."""
 
-    methods: tuple[str, ...] = field(default=("base-large", "base-small", "random"), metadata={
-        "help": "methods to compare (base-large, base-small, random, and those the evolution loop "
-                "registers)"})
+    methods: tuple[str, ...] = field(default=("base-large", "base-small", "kmeans-fusion", "ctrlbench",
+                                              "random"), metadata={
+        "help": "methods to compare: base-large, base-small, kmeans-fusion, ctrlbench, ctrlbench-logic, "
+                "random, oracle, or module:attribute (a method from your code, docs/ctrlbench.md)"})
     recommenders: tuple[str, ...] = field(default=("embedding",), metadata={
         "help": "black boxes (names of `ctrlsim.recommenders`, or recbole:<Model>)"})
-    targets: tuple[str, ...] = field(default=("War", "Film-Noir"), metadata={
-        "help": "target tags (one target set per tag)"})
+    targets: tuple[str, ...] = field(default=("War+Film-Noir",), metadata={
+        "help": f"target sets: a tag, or tags joined by '+' into one union target (paper: {PAPER_UNION})"})
     llm: str = field(default="qwen2.5-0.5b", metadata={"help": "the probes' LLM (a load_llm spec)"})
-    agents: tuple[int, ...] = field(default=(8, 3), metadata={
-        "help": "K_large,K_small: probes of base-large and of base-small/random (paper: 100,26)"})
-    rounds: int = field(default=8, metadata={"help": "interaction rounds t per episode (paper: 20)"})
-    seeds: tuple[int, ...] = field(default=(0,), metadata={"help": "seeds (users sampled, sampling, env)"})
+    agents: tuple[int, ...] = field(default=(8, 2), metadata={
+        "help": "K_large,K_small: probes of base-large and the evolution's start, and of base-small/random/"
+                "oracle; K_small = the super probes left after the fusions for a fair comparison "
+                "(paper: 100,26)"})
+    rounds: int = field(default=6, metadata={"help": "interaction rounds t per episode (paper: 20)"})
+    seeds: tuple[int, ...] = field(default=(0, 1), metadata={
+        "help": "seeds (users sampled, sampling, env); two at least for a confidence interval"})
+    task: str = field(default="target-discovery", metadata={
+        "help": "which task's tables: target-discovery (Tables 1, 7), profile-shaping (Table 2) or "
+                "popularity (Figures 8, 9); every episode records all three", "choices": list(TASK_CHOICES)})
+    allow_search: bool = field(default=False, metadata={
+        "help": "offer probes the search tool (search likes shape histories but never count; "
+                "paper's evaluation: off)"})
+    reference: str | None = field(default=None, metadata={
+        "help": "the method every other is compared with in the paired table (default: base-small when "
+                "it runs, else the first method)"})
+    small_users: str = field(default="own", metadata={
+        "help": "K_small methods' users: their own random sample, or nested = the first K_small of "
+                "Base-Large's (then Base-Large >= Base-Small by construction)", "choices": list(SMALL_USERS)})
     dataset: str = field(default="ml-100k", metadata={"help": "dataset name or path"})
     slate_size: int | None = field(default=None, metadata={
         "help": "items per slate (default: the paper's, 20 for narm and 3 for the other boxes)"})
     checkpoints: tuple[int, ...] | None = field(default=None, metadata={
         "help": "rounds reported in Table 1 (default: 5,10,15,20 up to --rounds, else quarters of it)"})
-    memory_rounds: int = field(default=2, metadata={"help": "M, rounds of short-term memory in the prompt"})
+    memory_rounds: int = field(default=2, metadata={
+        "help": "M, rounds of short-term memory in the prompt (the shared evaluation setting)"})
     target_visible: bool = field(default=True, metadata={"help": "show the target tags to the probes"})
     temperature: float = field(default=0.0, metadata={
         "help": "probe and profile sampling temperature; 0 = greedy, batched as parallel sequences on "
@@ -103,7 +127,18 @@ class CtrlBenchConfig:
         if ROSTER_METHOD in self.methods and self.roster is None:
             raise ConfigError("method 'roster' needs --roster <file.json>")
         methods = [m for m in self.methods if m != ROSTER_METHOD]
-        check_choices("methods", methods, known_methods(), allow_empty=self.roster is not None)
+        custom = [m for m in methods if ":" in m]
+        check_choices("methods", [m for m in methods if ":" not in m], known_methods(),
+                      allow_empty=self.roster is not None or bool(custom))
+        for name in custom:  # imported now: an unimportable one fails before any model loads
+            from ctrlsim.agents.methods import get_method
+
+            get_method(name)
+        check_choice("task", self.task, TASK_CHOICES)
+        check_choice("small_users", self.small_users, SMALL_USERS)
+        if self.reference is not None and self.reference not in self.all_methods:
+            raise ConfigError(f"reference {self.reference!r} is not among the methods "
+                              f"{list(self.all_methods)}")
         boxes = [b for b in self.recommenders if not b.startswith("recbole:")]
         check_choices("recommenders", boxes, _known_recommenders(), allow_empty=len(self.recommenders) > 0)
         if not self.recommenders:
@@ -112,9 +147,14 @@ class CtrlBenchConfig:
             raise ConfigError("targets needs at least one tag")
         for name, values in (("targets", self.targets), ("recommenders", self.recommenders),
                              ("methods", self.methods)):
-            bad = [v for v in values if "|" in v or not v.strip()]
+            bad = [v for v in values if "|" in v or not v.strip()
+                   or (name == "targets" and any(not tag.strip() for tag in v.split("+")))]
             if bad:
                 raise ConfigError(f"{name}: {bad[0]!r} is empty or contains '|'")
+        for target in self.targets:
+            tags = target.split("+")
+            if len(set(tags)) != len(tags):
+                raise ConfigError(f"targets: {target!r} names a tag more than once")
         repeated = sorted({t for t in self.targets if self.targets.count(t) > 1})
         if repeated:
             raise ConfigError(f"targets: given more than once: {repeated}")
@@ -148,6 +188,12 @@ class CtrlBenchConfig:
             return (*self.methods, ROSTER_METHOD)
         return self.methods
 
+    @property
+    def reference_method(self) -> str:
+        if self.reference is not None:
+            return self.reference
+        return "base-small" if "base-small" in self.all_methods else self.all_methods[0]
+
     def slate_for(self, box: str) -> int:
         return self.slate_size or PAPER_SLATE_SIZE.get(box, 3)
 
@@ -163,6 +209,16 @@ class CtrlBenchConfig:
         """Episode keys in a stable order: method|box|target|seed=N."""
         return [episode_key(m, b, t, s) for b in self.recommenders for t in self.targets for s in self.seeds
                 for m in self.all_methods]
+
+
+def target_tags(target: str) -> tuple[str, ...]:
+    """The tags of a target: "War" -> ("War",), "War+Film-Noir" -> ("War", "Film-Noir")."""
+    return tuple(target.split("+"))
+
+
+def target_items(dataset, target: str) -> frozenset[str]:
+    """Every item carrying at least one of the target's tags (the union of a '+' target)."""
+    return frozenset(i for tag in target_tags(target) for i in dataset.items_with_tag(tag))
 
 
 def episode_key(method: str, box: str, target: str, seed: int) -> str:
@@ -244,14 +300,15 @@ def check_targets(config: CtrlBenchConfig, dataset) -> dict[str, int]:
     from ctrlsim.envs.roster import user_order
 
     sizes = {}
-    for tag in config.targets:
-        if tag not in dataset.tags:
-            raise ConfigError(f"unknown target {tag!r} in dataset {dataset.name!r}; known tags: "
-                              f"{', '.join(dataset.tags)}")
-        sizes[tag] = len(dataset.items_with_tag(tag))
-        if sizes[tag] < config.min_target_items:
-            raise ConfigError(f"target {tag!r} has only {sizes[tag]} items in {dataset.name!r}; this run "
-                              f"needs at least --min-target-items={config.min_target_items}")
+    for target in config.targets:
+        for tag in target_tags(target):
+            if tag not in dataset.tags:
+                raise ConfigError(f"unknown target tag {tag!r} in {target!r} for dataset {dataset.name!r}; "
+                                  f"known tags: {', '.join(dataset.tags)}")
+        sizes[target] = len(target_items(dataset, target))
+        if sizes[target] < config.min_target_items:
+            raise ConfigError(f"target {target!r} has only {sizes[target]} items in {dataset.name!r}; this "
+                              f"run needs at least --min-target-items={config.min_target_items}")
     users = len(user_order(dataset))
     if config.agents[0] > users:
         raise ConfigError(f"agents: K_large={config.agents[0]} exceeds the {users} users of {dataset.name!r}")
@@ -292,12 +349,13 @@ def run_episode(config: CtrlBenchConfig, key: str) -> dict:
     method, box, target, seed = parse_key(key)
     dataset = _dataset(config)
     recommender = _recommender(config, box)
-    target_items = frozenset(dataset.items_with_tag(target))
+    targets = target_items(dataset, target)
     settings = DecisionSettings(memory_rounds=config.memory_rounds, target_visible=config.target_visible,
-                                temperature=config.temperature)
+                                temperature=config.temperature, allow_search=config.allow_search)
     slate_size = config.slate_for(box)
     context = MethodContext(
-        dataset=dataset, recommender=recommender, target_tags=(target,), target_items=target_items, seed=seed,
+        dataset=dataset, recommender=recommender, target_tags=target_tags(target), target_items=targets,
+        seed=seed, small_sample="large" if config.small_users == "nested" else "small",
         k_large=config.agents[0], k_small=config.agents[1], rounds=config.rounds, slate_size=slate_size,
         decision_settings=settings,
         profile_settings=ProfileSettings(l_init=tuple(config.l_init), temperature=config.temperature),
@@ -306,9 +364,10 @@ def run_episode(config: CtrlBenchConfig, key: str) -> dict:
         options=dict(config.method_options.get(method, {})), show_progress=True)
     population = _population(config, method, context)
     spec = EpisodeSpec(method, method_label(method), box, target, seed, config.rounds, slate_size,
-                       config.target_visible, config.like_prob)
+                       config.target_visible, config.like_prob, target_tags(target), config.allow_search,
+                       config.task)
     llm = _llm(config) if population.policy == "llm" else None
-    record = play_episode(spec, population, recommender, target_items, llm=llm, settings=settings)
+    record = play_episode(spec, population, recommender, targets, llm=llm, settings=settings)
     # The unit's wall time: loading the box and writing the personas count, not only the rounds.
     record["timing"] = {"seconds": round(time.perf_counter() - started, 2)}
     return record
@@ -338,8 +397,11 @@ def _plan(ctx, finished) -> list[str]:
 
 
 def _sizes(config: CtrlBenchConfig) -> dict[str, int]:
+    """Items per target and per tag of every target."""
     dataset = _dataset(config)
-    return {tag: len(dataset.items_with_tag(tag)) for tag in config.targets}
+    sizes = {target: len(target_items(dataset, target)) for target in config.targets}
+    sizes.update({tag: len(dataset.items_with_tag(tag)) for t in config.targets for tag in target_tags(t)})
+    return sizes
 
 
 def _on_stored(ctx, key: str, record: dict) -> None:

@@ -1,188 +1,130 @@
-"""Tables and figures of `ctrlsim ctrlbench` from its episode records.
+"""`ctrlsim ctrlbench`'s tables.md and figures from its episode records.
 
-Per episode, `round_curves` gives each metric after every round t (Table 5's definitions):
-  coverage              |T ∩ ∪_j C_j| / |T|
-  efficiency            Σ_j |C_j ∩ T| / |T ∩ ∪_j C_j|  (the paper's code; its tables use this)
-  efficiency_all_likes  Σ_j |C_j| / |T ∩ ∪_j C_j|      (Table 5 as printed)
-  len                   (1/K) Σ_j |C_j|
-  tokens                (1/K) Σ_j Tokens_j (evaluation decisions only; setup tokens are apart)
-where C_j are probe j's new likes so far. Efficiency is None while nothing was found.
-Tables average an entry over the episodes (targets x seeds, and boxes for Table 7) where it
-is defined, and say how many episodes that was.
+The tables and how each cell aggregates its episodes are in `ctrlbench_tables`; this module puts
+them in order for the chosen task and draws the figures, each with its 95% confidence band.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Mapping
 
 import numpy as np
 
 from ctrlsim.agents.episode import CURVES, round_curves  # noqa: F401 - re-exported for callers
+from ctrlsim.experiments import ctrlbench_tables as T
+from ctrlsim.metrics.stats import mean_ci
 
-
-def _labels(records: Mapping[str, dict]) -> dict[str, str]:
-    """Method -> its label, as every record stores it (a method without records shows its name)."""
-    return {r["method"]: r.get("label", r["method"]) for r in records.values()}
-
-
-def _mean(values) -> float | None:
-    vals = [v for v in values if v is not None]
-    return float(np.mean(vals)) if vals else None
-
-
-def _fmt(value, scale: float = 1.0, digits: int = 2) -> str:
-    return "-" if value is None else f"{value * scale:.{digits}f}"
-
-
-def _at(record: Mapping, metric: str, t: int):
-    curve = record["curves"][metric]
-    return curve[min(t, len(curve)) - 1] if curve else None
-
-
-def _grouped(records: Mapping[str, dict], *fields) -> dict[tuple, list[dict]]:
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for record in records.values():
-        groups[tuple(record[f] for f in fields)].append(record)
-    return groups
-
-
-def table1(config, records: Mapping[str, dict]) -> str:
-    """Table 1: Coverage (%) and Exploration Efficiency at the report rounds, per box x method."""
-    from tabulate import tabulate
-
-    cps = config.report_rounds()
-    groups = _grouped(records, "recommender", "method")
-    header = ["Black-Box", "Method", "n"] + [f"Cov% t={t}" for t in cps] + [f"Eff t={t}" for t in cps]
-    rows = []
-    for box in config.recommenders:
-        for method in config.all_methods:
-            recs = groups.get((box, method), [])
-            if not recs:
-                continue
-            row = [box, recs[0].get("label", method), len(recs)]
-            row += [_fmt(_mean(_at(r, "coverage", t) for r in recs), 100) for t in cps]
-            row += [_fmt(_mean(_at(r, "efficiency", t) for r in recs)) for t in cps]
-            rows.append(row)
-    return tabulate(rows, headers=header, tablefmt="github", disable_numparse=True)
-
-
-def table7(config, records: Mapping[str, dict]) -> str:
-    """Table 7: Coverage, Efficiency, Len, Tokens at t = rounds per method (all boxes, targets, seeds)."""
-    from tabulate import tabulate
-
-    t = config.rounds
-    groups = _grouped(records, "method")
-    header = ["Method", "n", "K", "Cov.(%)", "Eff.", "Eff. (all likes)", "Len.", "Tokens",
-              "Setup tokens/probe", "Parse failures (%)", "Dropped probes"]
-    rows = []
-    for method in config.all_methods:
-        recs = groups.get((method,), [])
-        if not recs:
-            continue
-        llm = recs[0]["policy"] == "llm"
-        decisions = sum(r["decisions"] for r in recs)
-        rows.append([
-            recs[0].get("label", method), len(recs), _fmt(_mean(r["k"] for r in recs), digits=0),
-            _fmt(_mean(_at(r, "coverage", t) for r in recs), 100),
-            _fmt(_mean(_at(r, "efficiency", t) for r in recs)),
-            _fmt(_mean(_at(r, "efficiency_all_likes", t) for r in recs)),
-            _fmt(_mean(_at(r, "len", t) for r in recs)),
-            _fmt(_mean(_at(r, "tokens", t) for r in recs), digits=0) if llm else "0 (no LLM)",
-            _fmt(_mean(r["setup_tokens"] / r["k"] for r in recs), digits=0),
-            _fmt(100 * sum(r["parse_failures"] for r in recs) / decisions, digits=1) if decisions else "-",
-            sum(len(r["dropped"]) for r in recs),
-        ])
-    return tabulate(rows, headers=header, tablefmt="github", disable_numparse=True)
-
-
-def target_table(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> str:
-    """Per-target coverage (%) at t = rounds (Figure 3), averaged over boxes and seeds."""
-    from tabulate import tabulate
-
-    t = config.rounds
-    groups = _grouped(records, "target", "method")
-    labels = _labels(records)
-    header = ["Target", "Items"] + [labels.get(m, m) for m in config.all_methods]
-    rows = []
-    for target in config.targets:
-        rows.append([target, sizes.get(target, "-")]
-                    + [_fmt(_mean(_at(r, "coverage", t) for r in groups.get((target, m), [])), 100)
-                       for m in config.all_methods])
-    return tabulate(rows, headers=header, tablefmt="github", disable_numparse=True)
+TASK_TITLES = {"target-discovery": "Task 1 (target content discovery)",
+               "profile-shaping": "Task 2 (profile shaping)", "popularity": "Task 3 (popularity bias)"}
 
 
 def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> str:
-    n = len(records)
-    total = len(config.keys())
+    n, total = len(records), len(config.keys())
+    search = "on (search likes shape histories, never count)" if config.allow_search else \
+        "off (Appendix B: a_t in L_t or a skip)"
     parts = [
-        f"# CtrlBench-Rec Task 1 (target content discovery): {n}/{total} episodes",
+        f"# CtrlBench-Rec {TASK_TITLES[config.task]}: {n}/{total} episodes",
         f"dataset {config.dataset}; probes' LLM {config.llm}; K_large,K_small = {config.agents[0]},"
-        f"{config.agents[1]}; t = {config.rounds}; target visible to probes: {config.target_visible}.",
-        "Eff. = target likes / distinct targets found (the paper's code; lower is better); "
-        "Eff. (all likes) = Table 5's literal formula. '-' = no target found yet.",
-        "", "## Table 1: Coverage (%) and Exploration Efficiency by round", "", table1(config, records),
-        "", f"## Table 7: all methods at t = {config.rounds}", "", table7(config, records),
+        f"{config.agents[1]}; t = {config.rounds}; seeds {', '.join(map(str, config.seeds))}; "
+        f"target visible to probes: {config.target_visible}; search {search}; "
+        f"Base-Small users: {config.small_users}.",
+        "Only likes on recommender slates count. Each cell: mean ± half-width of its 95% confidence "
+        "interval over the cell's episodes (targets x seeds; '± n/a' with one episode). Eff. = total "
+        "target likes / total distinct targets found over the episodes (lower is better); 'found' = "
+        "episodes that found any target.",
+    ]
+    if config.task == "profile-shaping":
+        parts += ["", f"## Table 2: profile shaping at t = {config.rounds}", "",
+                  T.profile_table(config, records)]
+    elif config.task == "popularity":
+        parts += ["", "## Task 3: popularity of what the probes interacted with (Figures 8, 9)", "",
+                  T.popularity_table(config, records)]
+    parts += [
+        "", "## Table 1: Coverage (%) and Exploration Efficiency by round", "", T.table1(config, records),
+        "", f"## Table 7: all methods at t = {config.rounds}, per black box", "", T.table7(config, records),
+        "", f"## Paired comparison with {config.reference_method} (Coverage at t = {config.rounds})", "",
+        T.paired_table(config, records),
         "", f"## Coverage (%) per target at t = {config.rounds} (Figure 3)", "",
-        target_table(config, records, sizes),
+        T.target_table(config, records, sizes),
+        "", "## Substitutions and failures per method", "", T.substitution_table(config, records),
     ]
     return "\n".join(parts) + "\n"
 
 
 # ----------------------------------------------------------------------------- figures
 
-def _mean_curve(recs: list[dict], metric: str) -> np.ndarray:
-    curves = np.array([[np.nan if v is None else v for v in r["curves"][metric]] for r in recs], dtype=float)
-    with np.errstate(all="ignore"):
-        return np.nanmean(curves, axis=0) if len(curves) else np.array([])
+def band(values_per_episode: list[list], scale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, low, high) per round over episodes; the band collapses to the mean where n < 2."""
+    width = max((len(v) for v in values_per_episode), default=0)
+    out = [mean_ci([v[t] if t < len(v) else None for v in values_per_episode]) for t in range(width)]
+    mean = np.array([e.value for e in out]) * scale
+    low = np.array([e.low if e.n > 1 else e.value for e in out]) * scale
+    high = np.array([e.high if e.n > 1 else e.value for e in out]) * scale
+    return mean, low, high
 
 
-def coverage_figure(config, records: Mapping[str, dict]):
-    """Coverage (%) vs round, one panel per black box, one line per method (Figures 10, 11)."""
+def _panels(config, records, series, ylabel: str, title: str, scale: float = 1.0):
+    """One panel per black box, one line with its 95% band per method; series(record) -> per-round list."""
     from matplotlib.figure import Figure
 
     boxes = list(config.recommenders)
     cols = min(3, len(boxes))
     rows = int(np.ceil(len(boxes) / cols))
     fig = Figure(figsize=(4.2 * cols, 3.2 * rows))
-    groups = _grouped(records, "recommender", "method")
-    rounds = np.arange(1, config.rounds + 1)
     for n, box in enumerate(boxes):
         ax = fig.add_subplot(rows, cols, n + 1)
-        for method in config.all_methods:
-            recs = groups.get((box, method), [])
-            if recs:
-                ax.plot(rounds, 100 * _mean_curve(recs, "coverage"), marker="o", markersize=3,
-                        label=recs[0].get("label", method))
+        for b, _, label, recs in T._cells(config, records):
+            if b != box:
+                continue
+            mean, low, high = band([series(r) for r in recs], scale)
+            x = np.arange(1, len(mean) + 1)
+            (line,) = ax.plot(x, mean, marker="o", markersize=3, label=label)
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_title(box)
         ax.set_xlabel("round t")
-        ax.set_ylabel("coverage (%)")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         if n == 0:
             ax.legend(fontsize=7)
-    fig.suptitle(f"Coverage by round ({config.dataset}; mean over targets and seeds)")
+    fig.suptitle(f"{title} ({config.dataset}; mean and 95% CI over targets and seeds)")
     fig.tight_layout()
     return fig
 
 
+def coverage_figure(config, records: Mapping[str, dict]):
+    """Coverage (%) vs round, one panel per black box (Figures 10, 11)."""
+    return _panels(config, records, lambda r: r["curves"]["coverage"], "coverage (%)", "Coverage by round",
+                   scale=100)
+
+
 def target_figure(config, records: Mapping[str, dict], sizes: Mapping[str, int]):
-    """Coverage (%) at t = rounds per target, one bar per method (Figure 3)."""
+    """Coverage (%) at t = rounds per target, and per tag of a union target (Figure 3), with 95% CIs."""
     from matplotlib.figure import Figure
 
-    groups = _grouped(records, "target", "method")
-    targets, methods = list(config.targets), list(config.all_methods)
-    fig = Figure(figsize=(max(5.0, 1.3 * len(targets) * max(1, len(methods)) / 2), 3.6))
+    groups = T.grouped(records, "target", "method")
+    labels = {r["method"]: r.get("label", r["method"]) for r in records.values()}
+    bars = [(target, None) for target in config.targets]
+    bars += [(target, tag) for target in config.targets if "+" in target for tag in target.split("+")]
+    methods = list(config.all_methods)
+    fig = Figure(figsize=(max(5.0, 0.9 * len(bars) * max(1, len(methods)) / 2), 3.8))
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(1, len(methods))
-    x = np.arange(len(targets))
+    x = np.arange(len(bars))
     for n, method in enumerate(methods):
-        vals = [_mean(_at(r, "coverage", config.rounds) for r in groups.get((t, method), []))
-                for t in targets]
-        ax.bar(x + (n - (len(methods) - 1) / 2) * width, [100 * (v or 0.0) for v in vals], width,
-               label=_labels(records).get(method, method))
+        means, errs = [], []
+        for target, tag in bars:
+            recs = groups.get((target, method), [])
+            values = [T.at(r["curves"]["coverage"], config.rounds) for r in recs] if tag is None else \
+                [r["tag_found"][tag] / r["tag_sizes"][tag] for r in recs if r["tag_sizes"].get(tag)]
+            est = mean_ci(values)
+            means.append(100 * (est.value if est.n else 0.0))
+            errs.append(100 * est.half_width if est.n > 1 else 0.0)
+        ax.bar(x + (n - (len(methods) - 1) / 2) * width, means, width, yerr=errs, capsize=2,
+               label=labels.get(method, method))
     ax.set_xticks(x)
-    ax.set_xticklabels([f"{t}\n({sizes.get(t, '?')} items)" for t in targets])
+    ax.set_xticklabels([f"{tag or target}\n({sizes.get(tag or target, '?')} items)" for target, tag in bars],
+                       fontsize=7)
     ax.set_ylabel(f"coverage (%) at t = {config.rounds}")
-    ax.set_title("Coverage per target (mean over boxes and seeds)")
+    ax.set_title("Coverage per target and tag (mean and 95% CI over boxes and seeds)")
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -193,5 +135,17 @@ def save_figures(folder, config, records: Mapping[str, dict], sizes: Mapping[str
     if not records:
         return []
     sizes = sizes or {r["target"]: r["target_size"] for r in records.values()}
-    return [folder.save_figure(coverage_figure(config, records), "coverage_by_round"),
-            folder.save_figure(target_figure(config, records, sizes), "coverage_by_target")]
+    saved = [folder.save_figure(coverage_figure(config, records), "coverage_by_round"),
+             folder.save_figure(target_figure(config, records, sizes), "coverage_by_target")]
+    if config.task == "popularity":
+        saved.append(folder.save_figure(_panels(
+            config, records, lambda r: r["popularity_curves"]["new_discoveries"], "new target items",
+            "New target discoveries per round (Figure 8)"), "new_discoveries_by_round"))
+        saved.append(folder.save_figure(_panels(
+            config, records, lambda r: r["popularity_curves"]["popularity"], "mean popularity (eq. 3)",
+            "Popularity of the items interacted with (Figure 9)"), "popularity_by_round"))
+    if config.task == "profile-shaping":
+        saved.append(folder.save_figure(_panels(
+            config, records, lambda r: r["profile_curves"]["accuracy"][1:], "cos(V_t, V_target)",
+            "Target similarity by round (Table 2's Acc.)"), "accuracy_by_round"))
+    return saved

@@ -74,8 +74,17 @@ class EvolveConfig:
     slate_size: int | None = field(
         default=None, metadata={"help": "items per slate (default: 20 for narm, else 3, as in the paper)"}
     )
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature (seeded; paper: 1.0)"})
-    memory_rounds: int = field(default=3, metadata={"help": "M, rounds of short-term memory in decisions"})
+    temperature: float = field(default=0.7, metadata={
+        "help": "sampling temperature of the loop's decisions, debates and merges (seeded; paper: 1.0)"})
+    memory_rounds: int = field(default=3, metadata={
+        "help": "M, rounds of short-term memory in the loop's decisions"})
+    eval_temperature: float = field(default=0.0, metadata={
+        "help": "decision temperature of the evaluation rounds (the setting `ctrlsim ctrlbench` scores "
+                "every method and roster with)"})
+    eval_memory_rounds: int = field(default=2, metadata={
+        "help": "M in the evaluation rounds (ctrlbench's evaluation setting)"})
+    allow_search: bool = field(default=False, metadata={
+        "help": "offer probes the search tool (search likes never count; the paper's evaluation: off)"})
     target_visible: bool = field(default=True, metadata={"help": "show the target tags to the probes"})
     prompt_variant: str = field(
         default="default",
@@ -111,6 +120,8 @@ class EvolveConfig:
         check_range("alpha", self.alpha, low=0.0, high=1.0)
         check_range("temperature", self.temperature, low=0.0, high=2.0)
         check_range("memory_rounds", self.memory_rounds, low=0)
+        check_range("eval_temperature", self.eval_temperature, low=0.0, high=2.0)
+        check_range("eval_memory_rounds", self.eval_memory_rounds, low=0)
         check_range("seed", self.seed, low=0)
         check_choice("k_rule", self.k_rule, K_RULES)
         check_choice("fusion", self.fusion, FUSIONS)
@@ -257,11 +268,16 @@ def _recommender(config: EvolveConfig):
                         lambda: make_recommender(config.recommender, _dataset(config), mask_shown=True))
 
 
-def _decisions(config: EvolveConfig):
+def _decisions(config: EvolveConfig, *, evaluation: bool = False):
+    """How probes decide in the loop's interaction phases, or (`evaluation`) in the evaluation
+    rounds, under the same setting `ctrlsim ctrlbench` uses, so one roster gets one score."""
     from ctrlsim.agents import DecisionSettings
 
+    if evaluation:
+        return DecisionSettings(memory_rounds=config.eval_memory_rounds, target_visible=config.target_visible,
+                                temperature=config.eval_temperature, allow_search=config.allow_search)
     return DecisionSettings(memory_rounds=config.memory_rounds, target_visible=config.target_visible,
-                            temperature=config.temperature)
+                            temperature=config.temperature, allow_search=config.allow_search)
 
 
 @dataclass(frozen=True)
@@ -284,7 +300,7 @@ def evaluation_unit(unit: EvaluationUnit, key: str) -> dict:
     config = unit.config
     personas = [Persona.from_dict(p) for p in unit.final]
     llm = cached_llm(config.llm, unit.cache)
-    recommender, decisions = _recommender(config), _decisions(config)
+    recommender, decisions = _recommender(config), _decisions(config, evaluation=True)
     if key == "evaluate":
         return evaluate_roster(config, personas, recommender, llm, decisions, set(unit.target_items),
                                show_progress=unit.show_progress)

@@ -32,6 +32,7 @@ def evaluate_roster(
         slate_size=config.slate,
         budget=config.eval_rounds,
         token_meter=meter,
+        allow_search=config.allow_search,
     )
     population = Population(tuple(personas), "llm", prompt_variant=config.prompt_variant)
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -46,14 +47,15 @@ def evaluate_roster(
     )
     dataset = recommender.dataset
     popularity = dataset.items["popularity"].to_numpy(dtype=float)
-    per_round = [[list(dataset.indices(r)) for r in p.likes_per_round] for p in trace.probes]
+    counted = [p.recommender_likes_per_round for p in trace.probes]  # search finds never count
+    per_round = [[list(dataset.indices(r)) for r in p] for p in counted]
     return {
         "rounds": config.eval_rounds,
         "probes": len(personas),
         "prompt_variant": config.prompt_variant,
         "curves": round_curves(trace, target_items, config.eval_rounds),
         "new_discoveries": M.new_discoveries_per_round(
-            [p.likes_per_round for p in trace.probes], target_items, config.eval_rounds
+            counted, target_items, config.eval_rounds
         ),
         "interaction_popularity": M.interaction_popularity(
             popularity, [i for p in per_round for r in p for i in r]
@@ -96,6 +98,7 @@ def evaluate_level(config, name: str, personas, recommender, llm, decisions) -> 
         slate_size=config.slate,
         budget=config.eval_rounds,
         token_meter=meter,
+        allow_search=config.allow_search,
     )
     play_population(
         env,

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ctrlsim.atomic import atomic_write_text
-from ctrlsim.errors import ConfigError, DataFileError
+from ctrlsim.errors import ConfigError, DataFileError, RunLockedError
 from ctrlsim.experiments.units import is_failure
 
 REPAIR_MARKER = {"repair": "the line above was cut short by an interruption and is ignored"}
 
 
-class StoreLockedError(ConfigError):
+class StoreLockedError(RunLockedError):
     """Another process is writing this result file."""
 
 

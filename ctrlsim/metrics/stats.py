@@ -75,3 +75,103 @@ def format_test(test: TTest, alpha: float = 0.05) -> str:
     if not test.defined:
         return f"{test.mean:+.4f} (undefined)"
     return f"{test.mean:+.4f}{' (*)' if test.significant(alpha) else ''}"
+
+
+# ----------------------------------------------------------------------------- confidence intervals
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean (or ratio) with its two-sided confidence interval; `low`/`high` are NaN when n < 2
+    or the interval is undefined (no variance to estimate from)."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    confidence: float = 0.95
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+
+def _t_quantile(df: int, confidence: float) -> float:
+    from scipy.special import stdtrit  # inverse Student t CDF; lazy, see the module docstring
+
+    return float(stdtrit(df, 0.5 + confidence / 2))
+
+
+def mean_ci(values: Sequence[float | None], confidence: float = 0.95) -> Estimate:
+    """Mean of the defined values with the Student t interval mean ± t_{n-1} s / sqrt(n)
+    (s with ddof=1), as `scipy.stats.t.interval(confidence, n-1, mean, sem)` gives it."""
+    x = np.asarray([v for v in values if v is not None], dtype=float)
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return Estimate(float("nan"), float("nan"), float("nan"), 0, confidence)
+    mean = float(x.mean())
+    if x.size < 2:
+        return Estimate(mean, float("nan"), float("nan"), 1, confidence)
+    half = _t_quantile(x.size - 1, confidence) * float(x.std(ddof=1)) / np.sqrt(x.size)
+    return Estimate(mean, mean - half, mean + half, int(x.size), confidence)
+
+
+def ratio_ci(numerators: Sequence[float], denominators: Sequence[float],
+             confidence: float = 0.95) -> Estimate:
+    """The pooled ratio R = sum(y) / sum(x) over units (episodes) with the ratio estimator's interval:
+    Var(R) ~ s_d^2 / (n xbar^2), d_i = y_i - R x_i (the delta method, Cochran 1977, 6.3), and
+    R ± t_{n-1} sqrt(Var(R)). A unit with x = 0 (nothing found) still counts in n and in s_d.
+    NaN value when sum(x) = 0."""
+    y, x = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    if y.shape != x.shape:
+        raise ValueError(f"ratio_ci needs as many numerators as denominators, got {y.size} and {x.size}")
+    n = int(x.size)
+    if n == 0 or x.sum() == 0:
+        return Estimate(float("nan"), float("nan"), float("nan"), n, confidence)
+    ratio = float(y.sum() / x.sum())
+    if n < 2:
+        return Estimate(ratio, float("nan"), float("nan"), n, confidence)
+    d = y - ratio * x
+    se = float(np.sqrt(d.var(ddof=1) / (n * x.mean() ** 2)))
+    half = _t_quantile(n - 1, confidence) * se
+    return Estimate(ratio, ratio - half, ratio + half, n, confidence)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """method - reference over matched units: the mean difference with its t interval and the
+    two-sided p-value of the Wilcoxon signed-rank test (NaN when undefined: fewer than one non-zero
+    difference)."""
+
+    difference: Estimate
+    p_wilcoxon: float
+    n: int
+    wins: int
+    losses: int
+
+
+def paired_comparison(method: Sequence[float], reference: Sequence[float],
+                      confidence: float = 0.95) -> PairedComparison:
+    """Paired comparison of two methods on the same units (box, target, seed)."""
+    a, b = np.asarray(method, dtype=float), np.asarray(reference, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired_comparison needs matched units, got {a.size} and {b.size} values")
+    diff = a - b
+    diff = diff[~np.isnan(diff)]
+    p = float("nan")
+    if np.count_nonzero(diff):
+        from scipy.stats import wilcoxon  # lazy: scipy.stats costs ~0.5 s to import
+
+        # zero_method="wilcox" drops ties at zero, the classic test; exact p for small n.
+        p = float(wilcoxon(diff, zero_method="wilcox", alternative="two-sided").pvalue)
+    return PairedComparison(mean_ci(diff.tolist(), confidence), p, int(diff.size),
+                            int((diff > 0).sum()), int((diff < 0).sum()))
+
+
+def format_estimate(estimate: Estimate, scale: float = 1.0, digits: int = 2) -> str:
+    """"12.50 ± 3.10" (the 95% interval's half-width), "12.50 ± n/a" with one unit, "-" with none."""
+    if estimate.n == 0 or np.isnan(estimate.value):
+        return "-"
+    value = f"{estimate.value * scale:.{digits}f}"
+    if np.isnan(estimate.low):
+        return f"{value} ± n/a"
+    return f"{value} ± {estimate.half_width * scale:.{digits}f}"

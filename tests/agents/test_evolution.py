@@ -90,10 +90,12 @@ def test_clustering_is_seeded_and_handles_tiny_populations():
 # ----------------------------------------------------------------------------- merge
 
 
-def test_distil_keeps_known_ids_and_adds_back_target_items():
+def test_distil_keeps_known_ids_and_adds_back_target_items_only_when_forced():
     allowed = ["1", "2", "3", "4"]
     kept, added = distil_behaviour(["3", "99", "1"], allowed, target_items={"4", "7"})
-    assert kept == ["1", "3", "4"] and added == ["4"]  # 99 invented, 4 is a target item
+    assert kept == ["1", "3"] and added == []  # 99 invented; the dropped target item 4 stays out
+    kept, added = distil_behaviour(["3", "99", "1"], allowed, {"4", "7"}, force_target_items=True)
+    assert kept == ["1", "3", "4"] and added == ["4"]  # forced: 4 is a target item, added back
 
 
 def test_merge_reply_parsing():
@@ -103,7 +105,9 @@ def test_merge_reply_parsing():
         '"behaviour": ["2: Some Title (1950), (Film-Noir)", 1, "77"]}\n```'
     )
     fields, added = parse_merge_reply(reply, ["1", "2", "3"], target_items={"3"})
-    assert fields["behaviour"] == ["1", "2", "3"] and added == ["3"]
+    assert fields["behaviour"] == ["1", "2"] and added == []
+    forced, added = parse_merge_reply(reply, ["1", "2", "3"], target_items={"3"}, force_target_items=True)
+    assert forced["behaviour"] == ["1", "2", "3"] and added == ["3"]
     assert len(fields["interests"]) == 5 and fields["name"] == "Noir Club"
     for bad in (
         '{"bio": "1996, 1997, 1998, 2002", "interests": ["a"], "behaviour": ["1"]}',

@@ -100,7 +100,7 @@ def test_report_rebuilds_one_folder_and_merges_several(tmp_path):
 
 def test_python_api_returns_records_and_dataframes(tmp_path):
     result = ctrlsim.run("ctrlbench", out=tmp_path / "run", methods=("random",), recommenders=("popularity",),
-                         targets=("War",), agents=(4, 3), rounds=3, show_progress=False)
+                         targets=("War",), agents=(4, 3), rounds=3, seeds=(0,), show_progress=False)
     assert result.ok and [r["key"] for r in result.records] == ["random|popularity|War|seed=0"]
     assert all(isinstance(df, pd.DataFrame) for df in result.tables.values()) and result.tables
     with pytest.raises(ConfigError, match="unknown field"):
