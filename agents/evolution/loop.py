@@ -74,7 +74,7 @@ class EvolutionSettings:
     alpha: float = DEFAULT_ALPHA
     fusion: str = "debate-merge"
     kmeans_n_init: int = 5
-    debate_max_tokens: int = 160
+    debate_max_tokens: int = 96  # a turn states preferences and a few items; small models ramble on
     merge_max_tokens: int = 384
     temperature: float = 0.7
     debate_behaviour_items: int = 8

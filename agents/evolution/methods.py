@@ -7,7 +7,8 @@
   ctrlbench-logic  the same super probes, evaluated with the long-tail decision prompt (D.8)
 
 Options (`method_options[name]` in the ctrlbench config): merges, rounds_per_merge, k_rule,
-alpha, encoder, temperature, and any other `EvolutionSettings` field. The loop's artefacts go
+alpha, encoder, temperature (default: the run's decision temperature, so a greedy run debates and
+merges greedily too), and any other `EvolutionSettings` field. The loop's artefacts go
 to a folder under $CTRLSIM_CACHE/ctrlbench/evolution named by everything that determines them,
 so a rerun resumes there and ctrlbench-logic reuses ctrlbench's evolution instead of paying for
 it again. The name also covers the code: a digest of every prompt text the probes and the loop
@@ -111,6 +112,9 @@ def evolve(context: MethodContext, *, fusion: str, prompt_variant: str = "defaul
     """Run (or resume) the loop on the context's black box; the aligned super probes are the population."""
     from ctrlsim.envs import make_task
 
+    # Debates and merges sample at the run's temperature (ctrlbench's --temperature: greedy by
+    # default, 1.0 in the paper preset) unless the method's options name their own.
+    defaults.setdefault("temperature", context.decision_settings.temperature)
     settings, encoder = settings_from_options(context.options, fusion=fusion, **defaults)
     task = make_task("target-discovery", context.recommender.dataset, target=list(context.target_tags))
     folder = evolution_folder(context, settings, encoder)

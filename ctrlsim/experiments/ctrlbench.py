@@ -1,4 +1,4 @@
-"""`ctrlsim ctrlbench`: CtrlBench-Rec's Task 1 method comparison (Tables 1 and 7, Figures 3, 10, 11).
+"""`ctrlsim ctrlbench`: CtrlBench-Rec's method comparison (Tables 1, 2 and 7, Figures 3, 8-11).
 
 Methods x black boxes x targets x seeds: every (method, box, target, seed) is one episode, a
 pure function `run_episode(config, key) -> record`, stored in the run folder's records.jsonl as
@@ -6,32 +6,39 @@ it finishes. A killed run started again with the same command skips finished epi
 LLM response cache replays the half-finished one for free). The run folder then gets:
 
   config.json          the config and the software that ran it
-  records.jsonl        one record per episode: per-round Coverage, Efficiency, Len, Tokens, per-probe
-                       likes, parse failures, dropped probes, setup tokens, what LLM and box ran
+  records.jsonl        one record per episode: per-round Task 1 curves and Efficiency counts, per-tag
+                       finds, Task 2 / 3 curves, per-probe rounds (slate, source, likes, query, reply),
+                       parse failures, dropped probes, substitutions, setup tokens, the LLM and box
   rosters/*.json       the evaluated personas of each (method, seed, box, target)
-  tables.md            Table 1 (Coverage %, Efficiency at t = 5, 10, 15, 20 per box x method),
-                       Table 7 (Coverage, Efficiency, Len, Tokens at t = rounds per method),
-                       per-target coverage (Figure 3)
-  figures/*.png        coverage vs round per method for each box (Figures 10, 11); per-target bars
+  tables.md            Table 1 and Table 7 per black box, the paired comparison with the reference
+                       method, per-target (and per-tag) coverage, substitutions; Table 2 or Task 3
+                       with --task; every cell with its 95% confidence interval
+  figures/*.png        coverage vs round with 95% bands per box (Figures 10, 11); per-target bars
 
-Efficiency is reported twice: `efficiency` (target likes / distinct targets found, as the
-paper's code computes it; the paper's tables) and `efficiency_all_likes` (Table 5's literal
-formula); see `ctrlsim.metrics.controllability.target_exploration_efficiency` for why.
+Only likes on recommender slates count (search is off unless --allow-search; search likes are
+reported apart). A target is a tag or a '+' union of tags. Tables aggregate per black box and
+are defined in `ctrlsim.experiments.ctrlbench_tables`.
 
 `--roster file.json` evaluates a stored roster (a JSON list of Persona dicts, e.g. written by
-`ctrlsim evolve`) as the method "roster" next to (or instead of) the named methods.
+`ctrlsim evolve`) as the method "roster"; `--methods module:attribute` imports a method from the
+user's code (docs/ctrlbench.md).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctrlsim.errors import ConfigError, DataError, DataFileError
+from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import RunOptions, check_choice, check_choices, check_range, config_to_dict
+from ctrlsim.experiments.ctrlbench_inputs import (  # noqa: F401 - part of this runner's API
+    check_targets,
+    load_roster,
+    roster_digest,
+    target_items,
+    target_tags,
+)
 from ctrlsim.experiments.runner import Runner
 
 DEFAULT_OUT = "results/ctrlbench"
@@ -82,7 +89,7 @@ class CtrlBenchConfig:
         "help": "K_large,K_small: probes of base-large and the evolution's start, and of base-small/random/"
                 "oracle; K_small = the super probes left after the fusions for a fair comparison "
                 "(paper: 100,26)"})
-    rounds: int = field(default=6, metadata={"help": "interaction rounds t per episode (paper: 20)"})
+    rounds: int = field(default=4, metadata={"help": "interaction rounds t per episode (paper: 20)"})
     seeds: tuple[int, ...] = field(default=(0, 1), metadata={
         "help": "seeds (users sampled, sampling, env); two at least for a confidence interval"})
     task: str = field(default="target-discovery", metadata={
@@ -211,16 +218,6 @@ class CtrlBenchConfig:
                 for m in self.all_methods]
 
 
-def target_tags(target: str) -> tuple[str, ...]:
-    """The tags of a target: "War" -> ("War",), "War+Film-Noir" -> ("War", "Film-Noir")."""
-    return tuple(target.split("+"))
-
-
-def target_items(dataset, target: str) -> frozenset[str]:
-    """Every item carrying at least one of the target's tags (the union of a '+' target)."""
-    return frozenset(i for tag in target_tags(target) for i in dataset.items_with_tag(tag))
-
-
 def episode_key(method: str, box: str, target: str, seed: int) -> str:
     return f"{method}|{box}|{target}|seed={seed}"
 
@@ -265,62 +262,6 @@ def _recommender(config: CtrlBenchConfig, box: str):
     return worker_cache(name, lambda: make_recommender(box, _dataset(config), **options))
 
 
-def load_roster(path: str | Path) -> list:
-    """Personas from a JSON file: a list of Persona dicts (or {"personas": [...]})."""
-    from ctrlsim.agents.persona import Persona
-
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataFileError(path, f"is not a readable JSON roster ({exc})") from None
-    if isinstance(data, dict):
-        data = data.get("personas", data.get("roster"))
-    if not isinstance(data, list) or not data:
-        raise DataFileError(path, "expected a non-empty JSON list of persona objects")
-    personas = []
-    for n, entry in enumerate(data):
-        if not isinstance(entry, dict) or not {"probe_id", "name", "bio"} <= set(entry):
-            raise DataFileError(path, f"entry {n} is not a persona (needs probe_id, name, bio)")
-        try:
-            personas.append(Persona.from_dict(entry))
-        except (TypeError, ValueError) as exc:
-            raise DataFileError(path, f"entry {n}: {exc}") from None
-    return personas
-
-
-def _roster_digest(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
-
-
-# ----------------------------------------------------------------------------- checks
-
-def check_targets(config: CtrlBenchConfig, dataset) -> dict[str, int]:
-    """Each target tag exists and is big enough; returns tag -> number of target items."""
-    from ctrlsim.envs.roster import user_order
-
-    sizes = {}
-    for target in config.targets:
-        for tag in target_tags(target):
-            if tag not in dataset.tags:
-                raise ConfigError(f"unknown target tag {tag!r} in {target!r} for dataset {dataset.name!r}; "
-                                  f"known tags: {', '.join(dataset.tags)}")
-        sizes[target] = len(target_items(dataset, target))
-        if sizes[target] < config.min_target_items:
-            raise ConfigError(f"target {target!r} has only {sizes[target]} items in {dataset.name!r}; this "
-                              f"run needs at least --min-target-items={config.min_target_items}")
-    users = len(user_order(dataset))
-    if config.agents[0] > users:
-        raise ConfigError(f"agents: K_large={config.agents[0]} exceeds the {users} users of {dataset.name!r}")
-    if config.roster is not None:
-        for persona in load_roster(config.roster):
-            try:
-                dataset.check_items(persona.behaviour)
-            except DataError as exc:
-                raise DataFileError(config.roster, f"persona {persona.probe_id!r}: {exc}") from None
-    return sizes
-
-
 # ----------------------------------------------------------------------------- one episode
 
 def _population(config: CtrlBenchConfig, method: str, context):
@@ -328,7 +269,7 @@ def _population(config: CtrlBenchConfig, method: str, context):
 
     if method == ROSTER_METHOD:
         assert config.roster is not None  # checked in CtrlBenchConfig.__post_init__
-        artefacts = {"roster_file": str(config.roster), "roster_sha256": _roster_digest(config.roster)}
+        artefacts = {"roster_file": str(config.roster), "roster_sha256": roster_digest(config.roster)}
         return Population(tuple(load_roster(config.roster)), "llm", artefacts=artefacts)
     return get_method(method).builder()(context)
 
@@ -339,7 +280,7 @@ def method_label(method: str) -> str:
     return "Roster (from file)" if method == ROSTER_METHOD else get_method(method).label
 
 
-def run_episode(config: CtrlBenchConfig, key: str) -> dict:
+def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True) -> dict:
     """One (method, box, target, seed) episode -> its record (a pure function of config and key)."""
     from ctrlsim.agents import DecisionSettings, ProfileSettings
     from ctrlsim.agents.episode import EpisodeSpec, play_episode
@@ -361,19 +302,37 @@ def run_episode(config: CtrlBenchConfig, key: str) -> dict:
         profile_settings=ProfileSettings(l_init=tuple(config.l_init), temperature=config.temperature),
         llm_factory=lambda: _llm(config),
         profile_store=_cache_file("profiles.sqlite") if config.cache else None,
-        options=dict(config.method_options.get(method, {})), show_progress=True)
+        options=dict(config.method_options.get(method, {})), show_progress=show_progress)
     population = _population(config, method, context)
     spec = EpisodeSpec(method, method_label(method), box, target, seed, config.rounds, slate_size,
                        config.target_visible, config.like_prob, target_tags(target), config.allow_search,
                        config.task)
     llm = _llm(config) if population.policy == "llm" else None
-    record = play_episode(spec, population, recommender, targets, llm=llm, settings=settings)
+    record = play_episode(spec, population, recommender, targets, llm=llm, settings=settings,
+                          show_progress=show_progress)
     # The unit's wall time: loading the box and writing the personas count, not only the rounds.
     record["timing"] = {"seconds": round(time.perf_counter() - started, 2)}
     return record
 
 
 # ----------------------------------------------------------------------------- the runner
+
+@dataclass(frozen=True)
+class EpisodeUnit:
+    """What every episode unit gets: the config, and whether to draw its progress bars (only in
+    the driver's own process, and only when the run shows progress)."""
+
+    config: CtrlBenchConfig
+    show_progress: bool
+
+
+def episode_unit(unit: EpisodeUnit, key: str) -> dict:
+    return run_episode(unit.config, key, show_progress=unit.show_progress)
+
+
+def _payload(ctx) -> EpisodeUnit:
+    return EpisodeUnit(ctx.config, ctx.show_progress and ctx.options.executor == "local")
+
 
 def _check(ctx) -> None:
     check_targets(ctx.config, _dataset(ctx.config))  # bad targets and rosters fail before any model loads
@@ -382,7 +341,7 @@ def _check(ctx) -> None:
 def _identity(ctx) -> dict:
     stored = config_to_dict(ctx.config)
     if ctx.config.roster is not None:
-        stored["roster_sha256"] = _roster_digest(ctx.config.roster)
+        stored["roster_sha256"] = roster_digest(ctx.config.roster)
     return stored
 
 
@@ -421,8 +380,9 @@ def _figures(ctx, records) -> None:
     save_figures(ctx.folder, ctx.config, dict(records), _sizes(ctx.config))
 
 
-RUNNER = Runner(name="ctrlbench", config_cls=CtrlBenchConfig, description=__doc__, unit_fn=run_episode,
-                plan=_plan, report=_report, figures=_figures, check=_check, identity=_identity,
+RUNNER = Runner(name="ctrlbench", config_cls=CtrlBenchConfig, description=__doc__, unit_fn=episode_unit,
+                payload=_payload, plan=_plan, report=_report, figures=_figures, check=_check,
+                identity=_identity,
                 from_identity=_from_identity, on_stored=_on_stored,
                 extensible=("methods", "recommenders", "targets", "seeds"),
                 llm_fields=("llm", "recommender_llm"), presets=PRESETS, default_out=DEFAULT_OUT,

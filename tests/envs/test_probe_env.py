@@ -40,8 +40,24 @@ def test_search_returns_matching_items_then_click(emb_rec):
     obs, reward, _, _, info = env.step({"likes": [0, 0, 0], "query": "noir detective"})
     assert obs["source"] == 1 and info["slate_source"] == "search"
     assert any("noir" in t.lower() or "detective" in t.lower() for t in info["slate_items"])
-    obs, reward, _, _, info = env.step({"likes": [1, 0, 0], "query": ""})
-    assert info["new_likes"] and obs["source"] == 0
+    noir = set(env.task.target)
+    liked_from_search = [i for i in info["slate_item_ids"] if i in noir][:1] or info["slate_item_ids"][:1]
+    likes = [int(i in liked_from_search) for i in info["slate_item_ids"]]
+    obs, reward, _, _, info = env.step({"likes": likes, "query": ""})
+    # The like shapes the history the box sees, but search results are not the recommender's doing:
+    # no reward, no coverage, counted apart.
+    assert info["new_likes"] == liked_from_search and obs["source"] == 0
+    assert env.probe.record.history[-1] == liked_from_search[0]
+    assert reward == 0.0 and info["metrics"]["coverage"] == 0.0 and info["metrics"]["search_likes"] == 1
+    assert env.probe.record.sources == ["recommender", "search"]
+    assert env.probe.record.queries == ["noir detective", ""]
+
+
+def test_search_can_be_switched_off(emb_rec):
+    env = ProbeEnv(emb_rec, budget=2, allow_search=False)
+    env.reset(seed=2)
+    with pytest.raises(InvalidAction, match="allow_search=False"):
+        env.step({"likes": [0, 0, 0], "query": "noir"})
 
 
 def test_token_usage_in_info_is_keyed_by_the_probe_name(emb_rec):

@@ -1,0 +1,73 @@
+"""What a ctrlbench run reads besides its config: target sets (a tag or a '+' union of tags),
+stored rosters, and the data checks that run before any model loads."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from ctrlsim.errors import ConfigError, DataError, DataFileError
+
+
+def target_tags(target: str) -> tuple[str, ...]:
+    """The tags of a target: "War" -> ("War",), "War+Film-Noir" -> ("War", "Film-Noir")."""
+    return tuple(target.split("+"))
+
+
+def target_items(dataset, target: str) -> frozenset[str]:
+    """Every item carrying at least one of the target's tags (the union of a '+' target)."""
+    return frozenset(i for tag in target_tags(target) for i in dataset.items_with_tag(tag))
+
+
+def load_roster(path: str | Path) -> list:
+    """Personas from a JSON file: a list of Persona dicts (or {"personas": [...]})."""
+    from ctrlsim.agents.persona import Persona
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataFileError(path, f"is not a readable JSON roster ({exc})") from None
+    if isinstance(data, dict):
+        data = data.get("personas", data.get("roster"))
+    if not isinstance(data, list) or not data:
+        raise DataFileError(path, "expected a non-empty JSON list of persona objects")
+    personas = []
+    for n, entry in enumerate(data):
+        if not isinstance(entry, dict) or not {"probe_id", "name", "bio"} <= set(entry):
+            raise DataFileError(path, f"entry {n} is not a persona (needs probe_id, name, bio)")
+        try:
+            personas.append(Persona.from_dict(entry))
+        except (TypeError, ValueError) as exc:
+            raise DataFileError(path, f"entry {n}: {exc}") from None
+    return personas
+
+
+def roster_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def check_targets(config, dataset) -> dict[str, int]:
+    """Each target tag exists and is big enough; returns tag -> number of target items."""
+    from ctrlsim.envs.roster import user_order
+
+    sizes = {}
+    for target in config.targets:
+        for tag in target_tags(target):
+            if tag not in dataset.tags:
+                raise ConfigError(f"unknown target tag {tag!r} in {target!r} for dataset {dataset.name!r}; "
+                                  f"known tags: {', '.join(dataset.tags)}")
+        sizes[target] = len(target_items(dataset, target))
+        if sizes[target] < config.min_target_items:
+            raise ConfigError(f"target {target!r} has only {sizes[target]} items in {dataset.name!r}; this "
+                              f"run needs at least --min-target-items={config.min_target_items}")
+    users = len(user_order(dataset))
+    if config.agents[0] > users:
+        raise ConfigError(f"agents: K_large={config.agents[0]} exceeds the {users} users of {dataset.name!r}")
+    if config.roster is not None:
+        for persona in load_roster(config.roster):
+            try:
+                dataset.check_items(persona.behaviour)
+            except DataError as exc:
+                raise DataFileError(config.roster, f"persona {persona.probe_id!r}: {exc}") from None
+    return sizes
