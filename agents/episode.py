@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+from ctrlsim.envs.tasks import SOURCE_RECOMMENDER
 
 from ctrlsim.metrics import controllability as M
 
@@ -105,7 +106,7 @@ def profile_curves(trace, task, rounds: int) -> dict[str, Any]:
     shown_by_round: list[list] = [[] for _ in range(rounds)]
     for probe in trace.probes:
         for n, r in enumerate(probe.rounds[:rounds]):
-            if r["source"] == "recommender":
+            if r["source"] == SOURCE_RECOMMENDER:
                 shown_by_round[n].extend(item_tags.iat[dataset.item_index[i]] for i in r["slate"])
     js, shown = [], []
     for tags_this_round in shown_by_round:

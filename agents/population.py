@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Sequence
 
+from ctrlsim.envs.tasks import SOURCE_RECOMMENDER
+
 from ctrlsim.backends import TokenMeter
 
 from .llm_probe import DecisionSettings, LLMPopulationPolicy
 from .methods import CustomPolicy, Population
 from .random_probe import RandomProbe
-
-SOURCE_RECOMMENDER = "recommender"
 
 
 @dataclass

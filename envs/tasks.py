@@ -220,9 +220,12 @@ class ProfileShaping(Task):
 
 
 class PopularityBias(Task):
-    """Task 3. Metric: mean popularity of recommended items (eq. 3), also relative to the
-    catalogue mean; long-tail discovery counts liked items below the popularity
-    quantile `tail_quantile`. Reward: minus the new slate's mean popularity / max popularity."""
+    """Task 3. Metric: eq. 3, the mean popularity of the items the probes interacted with
+    (`mean_popularity`: liked on recommender slates, Table 3's i_t; NaN before any like),
+    beside the mean popularity of the recommended slates (`slate_popularity`) and the
+    catalogue mean; long-tail discovery counts liked items below the popularity quantile
+    `tail_quantile`. Reward: minus the slate's mean popularity / max popularity (a shaping
+    signal an RL probe can act on every round)."""
 
     name = "popularity-bias"
 
@@ -247,15 +250,20 @@ class PopularityBias(Task):
             return 0.0
         return -float(self.popularity[np.asarray(slate)].mean() / max(self.popularity.max(), 1.0))
 
-    def probe_metrics(self, record) -> dict[str, float]:
+    def probe_metrics(self, record) -> dict[str, float | None]:  # type: ignore[override]
         shown = [i for s in record.recommender_slates for i in s]
-        return {"mean_popularity": M.mean_popularity(self.popularity, shown),
+        liked = list(self.dataset.indices(record.recommender_likes))
+        # None, not NaN, before the first like: NaN != NaN breaks equality of infos.
+        return {"mean_popularity": M.interaction_popularity(self.popularity, liked) if liked else None,
+                "slate_popularity": M.mean_popularity(self.popularity, shown),
                 "long_tail_likes": sum(1 for i in record.recommender_likes if i in self.long_tail),
                 **super().probe_metrics(record)}
 
-    def population_metrics(self, records) -> dict[str, float]:
+    def population_metrics(self, records) -> dict[str, float | None]:  # type: ignore[override]
         shown = [i for r in records for s in r.recommender_slates for i in s]
-        out = {"mean_popularity": M.mean_popularity(self.popularity, shown),
+        liked = [i for r in records for i in self.dataset.indices(r.recommender_likes)]
+        out = {"mean_popularity": M.interaction_popularity(self.popularity, liked) if liked else None,
+               "slate_popularity": M.mean_popularity(self.popularity, shown),
                "catalogue_mean_popularity": float(self.popularity.mean()),
                "long_tail_discovered": len({i for r in records for i in r.recommender_likes
                                             if i in self.long_tail})}

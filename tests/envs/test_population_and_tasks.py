@@ -206,9 +206,11 @@ def test_popularity_task_reward_is_minus_slate_popularity(pop_rec, ml100k):
     obs, info = env.reset(seed=0)
     pop = ml100k.items["popularity"].to_numpy()
     slate = obs["slate"]
-    _, r, _, _, info = env.step({"likes": [0, 0, 0], "query": ""})
+    _, r, _, _, info = env.step({"likes": [1, 0, 1], "query": ""})
     assert r == pytest.approx(-pop[slate].mean() / pop.max())
-    assert info["metrics"]["mean_popularity"] == pytest.approx(pop[slate].mean())
+    assert info["metrics"]["slate_popularity"] == pytest.approx(pop[slate].mean())
+    # Eq. 3 over the items interacted with: the two liked positions.
+    assert info["metrics"]["mean_popularity"] == pytest.approx(pop[slate[[0, 2]]].mean())
 
 
 def test_ceiling_bounds_reachability(emb_rec, ml100k):
