@@ -34,9 +34,19 @@ def _env_int(name: str, default: int, low: int, bound: str) -> int:
     return number
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
 def default_threads() -> int:
-    """Threads for CPU runtimes: $CTRLSIM_THREADS, else 1 (2 threads on a busy 2-core box spin-wait)."""
-    return _env_int("CTRLSIM_THREADS", 1, 1, ">= 1")
+    """Threads for CPU runtimes: $CTRLSIM_THREADS, else every CPU the process may use (llama.cpp's
+    own choice). On a machine other jobs share, set CTRLSIM_THREADS=1: threads that wait for a busy
+    core spin instead of yielding it."""
+    return _env_int("CTRLSIM_THREADS", available_cpus(), 1, ">= 1")
 
 
 def default_gpu_layers() -> int:

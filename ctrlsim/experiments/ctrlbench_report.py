@@ -65,6 +65,7 @@ def band(values_per_episode: list[list], scale: float = 1.0) -> tuple[np.ndarray
 def _panels(config, records, series, ylabel: str, title: str, scale: float = 1.0):
     """One panel per black box, one line with its 95% band per method; series(record) -> per-round list."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     boxes = list(config.recommenders)
     cols = min(3, len(boxes))
@@ -80,6 +81,7 @@ def _panels(config, records, series, ylabel: str, title: str, scale: float = 1.0
             (line,) = ax.plot(x, mean, marker="o", markersize=3, label=label)
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_title(box)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("round t")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)

@@ -86,6 +86,10 @@ def test_threads_env_is_validated(monkeypatch):
     monkeypatch.setenv("CTRLSIM_THREADS", "zero")
     with pytest.raises(ConfigError):
         default_threads()
+    monkeypatch.delenv("CTRLSIM_THREADS")
+    import os
+
+    assert default_threads() == len(os.sched_getaffinity(0))  # every CPU the process may use
 
 
 def test_gpu_layers_env_is_validated(monkeypatch):
