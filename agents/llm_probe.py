@@ -190,6 +190,7 @@ class LLMPopulationPolicy:
         for agent, completion in completions.items():
             self.meter.add(completion.prompt_tokens, completion.completion_tokens,
                            key=self.probes[agent].persona.probe_id, cached=completion.cached)
+            self.probes[agent].replies[int(infos[agent]["round"]) + 1] = completion.text
             actions[agent] = self._decide(agent, completion.text, infos[agent], slate_size)
         return actions, failed
 
@@ -227,7 +228,6 @@ class LLMPopulationPolicy:
         probe = self.probes[agent]
         shown_ids = list(info["slate_item_ids"])
         probe.decisions += 1
-        probe.replies[int(info["round"]) + 1] = text
         try:
             decision = parse_decision(text, len(shown_ids))
         except LLMOutputError as exc:

@@ -276,7 +276,7 @@ class InteractionEngine:
             "round": probe.rounds,
             "slate_item_ids": [str(self.dataset.item_ids[i]) for i in probe.slate],
             "slate_items": [str(texts[i]) for i in probe.slate],
-            "slate_source": "search" if probe.source == SOURCE_SEARCH else "recommender",
+            "slate_source": SEARCH_SLATE if probe.source == SOURCE_SEARCH else RECOMMENDER_SLATE,
             "new_likes": list(new_likes),
             "metrics": self.task.probe_metrics(probe.record),
         }

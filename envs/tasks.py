@@ -39,16 +39,15 @@ class ProbeRecord:
         """Everything the probe liked (what the black box sees), search-found items included."""
         return self.seed_history + tuple(self.likes)
 
-    def _from_recommender(self, per_round: list) -> list:
-        # A round recorded before sources were kept counts as the recommender's.
-        return [x for n, x in enumerate(per_round)
-                if (self.sources[n] if n < len(self.sources) else SOURCE_RECOMMENDER) == SOURCE_RECOMMENDER]
+    def from_recommender(self, n: int) -> bool:
+        """Whether round n's slate came from the recommender (a record built without sources, e.g.
+        by hand, counts every round as the recommender's)."""
+        return n >= len(self.sources) or self.sources[n] == SOURCE_RECOMMENDER
 
     @property
     def recommender_likes_per_round(self) -> list[list[str]]:
         """Per round, the likes on a recommender slate (C_j^t); a search round gives []."""
-        return [likes if (self.sources[n] if n < len(self.sources) else SOURCE_RECOMMENDER)
-                == SOURCE_RECOMMENDER else [] for n, likes in enumerate(self.likes_per_round)]
+        return [likes if self.from_recommender(n) else [] for n, likes in enumerate(self.likes_per_round)]
 
     @property
     def recommender_likes(self) -> list[str]:
@@ -59,12 +58,11 @@ class ProbeRecord:
     @property
     def search_likes(self) -> list[str]:
         """Likes on search-result slates: they shape the history but are not the recommender's doing."""
-        return [i for n, r in enumerate(self.likes_per_round)
-                if n < len(self.sources) and self.sources[n] == SOURCE_SEARCH for i in r]
+        return [i for n, r in enumerate(self.likes_per_round) if not self.from_recommender(n) for i in r]
 
     @property
     def recommender_slates(self) -> list[list[int]]:
-        return self._from_recommender(self.slates)
+        return [s for n, s in enumerate(self.slates) if self.from_recommender(n)]
 
 
 class Task(ABC):

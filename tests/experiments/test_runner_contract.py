@@ -134,7 +134,7 @@ def test_a_run_whose_server_was_down_completes_in_the_same_folder_once_it_is_bac
     port = free_port()
     out = tmp_path / "run"
     command = ["ctrlbench", "--methods", "random,base-small", "--recommenders", "popularity", "--targets",
-               "War", "--agents", "1,1", "--rounds", "1", "--llm", f"http://127.0.0.1:{port}/v1",
+               "War", "--agents", "1,1", "--rounds", "1", "--seeds", "0", "--llm", f"http://127.0.0.1:{port}/v1",
                "--out", str(out), "--figures", "false"]
     assert main(command) == 1
     assert "base-small|popularity|War|seed=0: BackendUnavailableError" in capsys.readouterr().err

@@ -55,7 +55,8 @@ CASES = {
     # units: random (no LLM, first), then base-small (LLM probes): the kill lands in the LLM episode
     "ctrlbench": RunnerCase("ctrlbench", ("--methods", "random,base-small", "--recommenders", "popularity",
                                           "--targets", "War", "--agents", "1,1", "--rounds", "2",
-                                          "--llm", "smollm2-135m"), keys=2, timing=("timing",)),
+                                          "--seeds", "0", "--llm", "smollm2-135m"), keys=2,
+                            timing=("timing",)),
     # units: one per sampled user; each generates 5 lists (L0, P1-P3, one gender cue)
     "promptshift": RunnerCase("promptshift", ("--llms", "smollm2-135m", "--users", "2", "--scenarios",
                                               "gender", "--n-candidates", "3", "--k", "2", "--history-len",
@@ -228,7 +229,7 @@ def test_a_missing_model_file_is_refused_before_any_work_and_the_rerun_runs_ever
     model = tmp_path / "models" / "probe-llm.gguf"  # not there yet
     case = RunnerCase("ctrlbench", ("--methods", "random,base-small", "--recommenders", "popularity",
                                     "--targets", "War", "--agents", "1,1", "--rounds", "1",
-                                    "--llm", str(model)), keys=2, timing=("timing",))
+                                    "--seeds", "0", "--llm", str(model)), keys=2, timing=("timing",))
     out, env = tmp_path / "run", _env(tmp_path / "cache")
     first = subprocess.run(_command(case, out), env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 2 and f"no model file or folder at {model}" in first.stderr
