@@ -36,14 +36,18 @@ def _counted(trace) -> list[list[list[str]]]:
     return [p.recommender_likes_per_round for p in trace.probes]
 
 
+def _likes_up_to(trace, rounds: int) -> list[list[list[str]]]:
+    """For t = 1..rounds, each probe's counted likes in rounds 1..t."""
+    counted = _counted(trace)
+    return [[[i for r in per_round[:t] for i in r] for per_round in counted] for t in range(1, rounds + 1)]
+
+
 def round_curves(trace, target_items: Iterable[str], rounds: int) -> dict[str, list]:
     """Task 1's metrics after rounds 1..rounds for one episode, from recommender-slate likes only
     (a probe dropped early keeps what it had)."""
     target = set(target_items)
-    counted = _counted(trace)
     out: dict[str, list] = {name: [] for name in CURVES}
-    for t in range(1, rounds + 1):
-        likes = [[i for r in per_round[:t] for i in r] for per_round in counted]
+    for t, likes in enumerate(_likes_up_to(trace, rounds), start=1):
         tokens = [p.tokens_per_round[min(t, len(p.tokens_per_round)) - 1] if p.tokens_per_round else 0
                   for p in trace.probes]
         out["coverage"].append(_finite(M.coverage(likes, target)))
@@ -59,10 +63,8 @@ def efficiency_counts(trace, target_items: Iterable[str], rounds: int) -> dict[s
     distinct targets found. Tables pool them over episodes (a ratio of totals), so an episode that
     found nothing weighs in instead of dropping out."""
     target = set(target_items)
-    counted = _counted(trace)
     likes, found = [], []
-    for t in range(1, rounds + 1):
-        upto = [[i for r in per_round[:t] for i in r] for per_round in counted]
+    for upto in _likes_up_to(trace, rounds):
         likes.append(sum(1 for x in upto for i in x if i in target))
         found.append(len(M.discovered_targets(upto, target)))
     return {"target_likes": likes, "found": found}

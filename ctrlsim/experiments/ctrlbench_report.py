@@ -103,7 +103,7 @@ def target_figure(config, records: Mapping[str, dict], sizes: Mapping[str, int])
     from matplotlib.figure import Figure
 
     groups = T.grouped(records, "target", "method")
-    labels = {r["method"]: r.get("label", r["method"]) for r in records.values()}
+    labels = T.method_labels(records)
     bars = [(target, None) for target in config.targets]
     bars += [(target, tag) for target in config.targets if "+" in target for tag in target.split("+")]
     methods = list(config.all_methods)
@@ -114,10 +114,7 @@ def target_figure(config, records: Mapping[str, dict], sizes: Mapping[str, int])
     for n, method in enumerate(methods):
         means, errs = [], []
         for target, tag in bars:
-            recs = groups.get((target, method), [])
-            values = [T.at(r["curves"]["coverage"], config.rounds) for r in recs] if tag is None else \
-                [r["tag_found"][tag] / r["tag_sizes"][tag] for r in recs if r["tag_sizes"].get(tag)]
-            est = mean_ci(values)
+            est = mean_ci(T.coverage_values(groups.get((target, method), []), config.rounds, tag))
             means.append(100 * (est.value if est.n else 0.0))
             errs.append(100 * est.half_width if est.n > 1 else 0.0)
         ax.bar(x + (n - (len(methods) - 1) / 2) * width, means, width, yerr=errs, capsize=2,

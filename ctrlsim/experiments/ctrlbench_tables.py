@@ -60,6 +60,19 @@ def found_count(recs: list[dict], t: int) -> str:
     return f"{sum(1 for r in recs if at(r['efficiency_counts']['found'], t))}/{len(recs)}"
 
 
+def method_labels(records: Mapping[str, dict]) -> dict[str, str]:
+    """Method -> its label, as the records store it."""
+    return {r["method"]: r.get("label", r["method"]) for r in records.values()}
+
+
+def coverage_values(recs: list[dict], t: int, tag: str | None = None) -> list:
+    """Per episode, the coverage at round t of the whole target, or (`tag`) of one tag of a union:
+    the share of that tag's items found."""
+    if tag is None:
+        return [at(r["curves"]["coverage"], t) for r in recs]
+    return [r["tag_found"][tag] / r["tag_sizes"][tag] for r in recs if r["tag_sizes"].get(tag)]
+
+
 def _cells(config, records):
     """(box, method, label, episodes) for every cell that has records, in config order."""
     groups = grouped(records, "recommender", "method")
@@ -120,7 +133,7 @@ def _pairs(records: Mapping[str, dict], method: str, reference: str, box: str | 
 def paired_table(config, records: Mapping[str, dict]) -> str:
     """Each method against the reference: Coverage difference (pp) with its 95% CI, Wilcoxon p."""
     t, reference = config.rounds, config.reference_method
-    labels = {r["method"]: r.get("label", r["method"]) for r in records.values()}
+    labels = method_labels(records)
     scopes = list(config.recommenders) + (["all boxes"] if len(config.recommenders) > 1 else [])
     header = ["Black-Box", "Method", f"vs {labels.get(reference, reference)}", "pairs",
               "ΔCov. (pp) ± 95% CI", "wins/ties/losses", "Wilcoxon p (two-sided)"]
@@ -173,22 +186,15 @@ def target_table(config, records: Mapping[str, dict], sizes: Mapping[str, int]) 
     CI over boxes and seeds. A tag's coverage counts the found items carrying that tag."""
     t = config.rounds
     groups = grouped(records, "target", "method")
-    labels = {r["method"]: r.get("label", r["method"]) for r in records.values()}
+    labels = method_labels(records)
     header = ["Target", "Items"] + [labels.get(m, m) for m in config.all_methods]
     rows = []
     for target in config.targets:
         tags = target.split("+")
-        rows.append([target, sizes.get(target, "-")]
-                    + [format_estimate(mean_ci([at(r["curves"]["coverage"], t)
-                                                for r in groups.get((target, m), [])]), 100)
-                       for m in config.all_methods])
-        if len(tags) > 1:
-            for tag in tags:
-                rows.append([f"  {tag}", sizes.get(tag, "-")]
-                            + [format_estimate(mean_ci([r["tag_found"][tag] / r["tag_sizes"][tag]
-                                                        for r in groups.get((target, m), [])
-                                                        if r["tag_sizes"].get(tag)]), 100)
-                               for m in config.all_methods])
+        for tag in [None] + (tags if len(tags) > 1 else []):
+            rows.append([target if tag is None else f"  {tag}", sizes.get(tag or target, "-")]
+                        + [format_estimate(mean_ci(coverage_values(groups.get((target, m), []), t, tag)), 100)
+                           for m in config.all_methods])
     return _table(rows, header)
 
 
