@@ -54,7 +54,10 @@ class SteerEvalEnv(gym.Env[dict, str]):
     from `self.np_random` unless `options={"scenario": Scenario}`. Equal scores
     are ranked in a random order drawn from (`tie_seed`, user, tag), the same
     order for the original and the steered profile.
-    Options: ranker "llm" | "embedding"; llm spec or LLM; encoder; profile_style
+    Options: ranker "llm" | "embedding" | a dial spec "dial:<lambda>[:key=value...]" or
+    "dial-profile:<lambda>[...]" (`ctrlsim.recommenders.dial_profile.DialProfileRanker`, a
+    reference ranker of known controllability that never loads the LLM and ignores oracle and
+    show_tags; a bad spec is a `ConfigError` at construction); llm spec or LLM; encoder; profile_style
     "paragraph" | "sentence"; rating "digits" | "generate"; oracle (item texts
     state the steered tag's relevance); show_tags (item texts list their tags:
     leaks relevance, a named variant only); tag_phrases (tag -> the phrase the

@@ -66,12 +66,6 @@ SMALL_USERS = ("own", "nested")
 PRESETS = {"paper": PAPER_PRESET}
 
 
-def _known_recommenders() -> list[str]:
-    from ctrlsim.recommenders.registry import RECOMMENDERS
-
-    return list(RECOMMENDERS)
-
-
 @dataclass(frozen=True)
 class CtrlBenchConfig:
     """One CtrlBench-Rec comparison (what identifies its results)."""
@@ -146,8 +140,14 @@ class CtrlBenchConfig:
         if self.reference is not None and self.reference not in self.all_methods:
             raise ConfigError(f"reference {self.reference!r} is not among the methods "
                               f"{list(self.all_methods)}")
-        boxes = [b for b in self.recommenders if not b.startswith("recbole:")]
-        check_choices("recommenders", boxes, _known_recommenders(), allow_empty=len(self.recommenders) > 0)
+        from ctrlsim.recommenders.registry import check_recommender_name
+
+        for box in self.recommenders:
+            try:
+                check_recommender_name(box)
+            except ConfigError as exc:
+                raise ConfigError(f"recommenders: {exc}") from None
+        check_choices("recommenders", self.recommenders, self.recommenders)  # no box twice
         if not self.recommenders:
             raise ConfigError("recommenders needs at least one black box")
         if not self.targets:

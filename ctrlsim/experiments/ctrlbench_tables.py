@@ -25,13 +25,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
+from ctrlsim.experiments.tables import github_table as _table
 from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, paired_comparison, ratio_ci
-
-
-def _table(rows, header) -> str:
-    from tabulate import tabulate
-
-    return tabulate(rows, headers=header, tablefmt="github", disable_numparse=True)
 
 
 def grouped(records: Mapping[str, dict], *fields) -> dict[tuple, list[dict]]:

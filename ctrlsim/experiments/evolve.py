@@ -132,13 +132,12 @@ class EvolveConfig:
             raise ConfigError(f"target needs at least one non-empty tag, got {self.target!r}")
         if len(set(self.target)) != len(self.target):
             raise ConfigError(f"target: a tag is given more than once in {list(self.target)}")
-        from ctrlsim.recommenders.registry import RECOMMENDERS
+        from ctrlsim.recommenders.registry import check_recommender_name
 
-        if self.recommender not in RECOMMENDERS and not self.recommender.startswith("recbole:"):
-            raise ConfigError(
-                f"recommender: unknown black box {self.recommender!r}; choose from "
-                f"{', '.join(sorted(RECOMMENDERS))} or recbole:<Model>"
-            )
+        try:
+            check_recommender_name(self.recommender)
+        except ConfigError as exc:
+            raise ConfigError(f"recommender: {exc}") from None
         if len(self.l_init) != 2 or not 1 <= self.l_init[0] <= self.l_init[1]:
             raise ConfigError(f"l_init must be low,high with 1 <= low <= high, got {self.l_init}")
 

@@ -67,12 +67,12 @@ class ProbeRunConfig:
     recommender_options: dict[str, Any] = field(default_factory=dict)  # API only (no flag)
 
     def __post_init__(self):
-        from ctrlsim.recommenders.registry import RECOMMENDERS
+        from ctrlsim.recommenders.registry import check_recommender_name
 
-        if not isinstance(self.recommender, str) or not (
-                self.recommender in RECOMMENDERS or self.recommender.startswith("recbole:")):
-            raise ConfigError(f"recommender: unknown black box {self.recommender!r}; choose from "
-                              f"{', '.join(sorted(RECOMMENDERS))} or recbole:<Model>")
+        try:
+            check_recommender_name(self.recommender)
+        except ConfigError as exc:
+            raise ConfigError(f"recommender: {exc}") from None
         check_choice("task", self.task, TASKS)
         if not isinstance(self.target, str) or not self.target.strip():
             raise ConfigError(f"target must be a tag name, got {self.target!r}")

@@ -120,6 +120,7 @@ RUNNER_MODULES: dict[str, str] = {
     "evolve": "ctrlsim.experiments.evolve",
     "steereval": "ctrlsim.experiments.steereval_tables",
     "promptshift": "ctrlsim.experiments.promptshift_tables",
+    "calibrate": "ctrlsim.experiments.calibrate",
 }
 
 

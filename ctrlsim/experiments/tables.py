@@ -14,6 +14,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def github_table(rows, header) -> str:
+    """Rows (lists of cell strings) under `header` as a GitHub pipe table (cells kept as written)."""
+    from tabulate import tabulate
+
+    return tabulate(rows, headers=header, tablefmt="github", disable_numparse=True)
+
+
 def _cells(line: str) -> list[str]:
     inner = line.strip()
     inner = inner[1:] if inner.startswith("|") else inner

@@ -97,10 +97,10 @@ def rbo(list_a: Sequence[str], list_b: Sequence[str], p: float = 0.9) -> float:
     for name, items in (("list_a", a), ("list_b", b)):
         if len(set(items)) != len(items):
             raise ValueError(f"{name} repeats an item; RBO compares rankings of distinct items")
+    if a == b:  # exactly 1.0: the sums below reach it only up to rounding
+        return 1.0
     short, long_ = (a, b) if len(a) <= len(b) else (b, a)
     s, n = len(short), len(long_)
-    if n == 0:
-        return 1.0
     if s == 0:
         return 0.0
     seen_short, seen_long, overlap = set(), set(), 0

@@ -175,3 +175,69 @@ def format_estimate(estimate: Estimate, scale: float = 1.0, digits: int = 2) -> 
     if np.isnan(estimate.low):
         return f"{value} ± n/a"
     return f"{value} ± {estimate.half_width * scale:.{digits}f}"
+
+
+# ----------------------------------------------------------------------------- calibration
+
+def step_test(high: Sequence[float], low: Sequence[float]) -> TTest:
+    """Two-sided paired test of high - low over matched units, for telling two dial settings apart.
+
+    The paired t-test (`paired_t_test`); where it is undefined because every difference is the
+    same value, the exact two-sided sign test takes over: p = 2 * 0.5^n for n equal non-zero
+    differences (so three identical gains are p = 0.25, not significant), 1 for all zeros."""
+    test = paired_t_test(high, low, alternative="two-sided")
+    if test.defined or test.n == 0:
+        return test
+    p = 1.0 if test.mean == 0 else min(1.0, 2.0 * 0.5 ** test.n)
+    return TTest(test.mean, float("nan"), p, test.n, "two-sided")
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Spearman's rho with a percentile bootstrap interval (NaN where undefined)."""
+
+    rho: float
+    low: float
+    high: float
+    n: int
+    resamples: int
+
+
+def spearman_ci(x: Sequence[float], y: Sequence[float], clusters: Sequence[object] | None = None, *,
+                confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> Correlation:
+    """Spearman's rho between x and y, with a cluster bootstrap interval.
+
+    `clusters` names the unit each observation belongs to (a seed's episode, a scenario): the
+    bootstrap resamples whole clusters, so the observations of one unit at several x values stay
+    together, as they are not independent. rho is NaN when x or y is constant."""
+    from scipy.stats import spearmanr  # lazy: scipy.stats costs ~0.5 s to import
+
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.shape != ys.shape:
+        raise ValueError(f"spearman_ci needs as many x as y values, got {xs.size} and {ys.size}")
+    ok = ~(np.isnan(xs) | np.isnan(ys))
+    names = list(range(len(xs))) if clusters is None else [str(c) for c in clusters]
+    labels = np.asarray(names, dtype=object)
+    xs, ys, labels = xs[ok], ys[ok], labels[ok]
+
+    def rho_of(a: np.ndarray, b: np.ndarray) -> float:
+        if a.size < 3 or np.all(a == a[0]) or np.all(b == b[0]):
+            return float("nan")
+        return float(spearmanr(a, b).statistic)
+
+    rho = rho_of(xs, ys)
+    if np.isnan(rho):
+        return Correlation(rho, float("nan"), float("nan"), int(xs.size), 0)
+    groups = [np.flatnonzero(labels == c) for c in dict.fromkeys(labels.tolist())]
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(resamples):
+        pick = np.concatenate([groups[i] for i in rng.integers(0, len(groups), len(groups))])
+        draws.append(rho_of(xs[pick], ys[pick]))
+    values = np.asarray(draws)
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return Correlation(rho, float("nan"), float("nan"), int(xs.size), resamples)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return Correlation(rho, float(low), float(high), int(xs.size), resamples)

@@ -40,20 +40,53 @@ RECOMMENDERS: dict[str, Callable[..., Recommender]] = {
 
 def register_recommender(name: str, factory: Callable[..., Recommender], *, replace: bool = False) -> None:
     """Make `factory(dataset, **options)` available as `make_recommender(name, ...)` and to every env."""
-    if not name or name.startswith("recbole:"):
+    if not name or name.startswith("recbole:") or name.split(":", 1)[0] in ("dial", "dial-profile"):
         raise ConfigError(f"invalid recommender name {name!r}")
     if name in RECOMMENDERS and not replace:
         raise ConfigError(f"recommender {name!r} is already registered; pass replace=True to override it")
     RECOMMENDERS[name] = factory
 
 
+SPEC_FORMS = "'recbole:<Model>', 'dial:<lambda>' or 'dial-profile:<lambda>'"
+
+
+def check_recommender_name(name: str) -> None:
+    """A `ConfigError` unless `make_recommender` knows `name` (nothing is built; dial specs are parsed)."""
+    from ctrlsim.recommenders.dial import is_dial, parse_dial_spec
+
+    if not isinstance(name, str):
+        raise ConfigError(f"a recommender name is a string, got {name!r}")
+    if is_dial(name):
+        parse_dial_spec(name)
+    elif not (name.startswith("recbole:") and name.split(":", 1)[1]) and name not in RECOMMENDERS:
+        raise ConfigError(f"unknown recommender {name!r}; known: {sorted(RECOMMENDERS)} or {SPEC_FORMS}")
+
+
+def make_dial(spec: str, dataset: Dataset, **options) -> Recommender:
+    """The dial box a spec names (`dial:` or `dial-profile:`), with spec options merged under `options`."""
+    from ctrlsim.recommenders.dial import DialRecommender, parse_dial_spec
+
+    parsed = parse_dial_spec(spec)
+    merged = {**parsed.options, **options}
+    if parsed.kind == "dial-profile":
+        from ctrlsim.recommenders.dial_profile import DialProfileRanker
+
+        return DialProfileRanker(dataset, lam=parsed.lam, **merged)
+    return DialRecommender(dataset, lam=parsed.lam, **merged)
+
+
 def make_recommender(name: str, dataset: Dataset, **options) -> Recommender:
     """Build a black box by name.
 
-    Other RecBole sequential models: "recbole:<ModelName>" (e.g. recbole:GRU4Rec).
+    Other RecBole sequential models: "recbole:<ModelName>" (e.g. recbole:GRU4Rec). Dial boxes of
+    known controllability: "dial:<lambda>[:key=value...]" and "dial-profile:<lambda>[...]"
+    (`ctrlsim.recommenders.dial`).
     """
+    from ctrlsim.recommenders.dial import is_dial
+
     if name.startswith("recbole:"):
         return _sequential(name.split(":", 1)[1])(dataset, **options)
-    if name not in RECOMMENDERS:
-        raise ConfigError(f"unknown recommender {name!r}; known: {sorted(RECOMMENDERS)} or 'recbole:<Model>'")
+    if is_dial(name):
+        return make_dial(name, dataset, **options)
+    check_recommender_name(name)
     return RECOMMENDERS[name](dataset, **options)

@@ -12,6 +12,12 @@ writer read) is tag-free: title and year, plus the description when one is attac
 condition: each pool item's description also states whether the steered tag applies.
 `SteerEvalEngine` writes original profiles, ranks pools and measures an edit; `envs.steereval_env`
 wraps it as a one-step Gymnasium episode, and `ctrlsim steereval` plans its units over it.
+
+Rankers: "llm" and "embedding" (`NLProfileRecommender`), or a dial spec, "dial:<lambda>[:key=value...]"
+or "dial-profile:<lambda>[...]" (both mean `ctrlsim.recommenders.dial_profile.DialProfileRanker`, the
+reference ranker of known controllability, with the spec's options). With a dial ranker the LLM is
+never loaded (the original profile is the ranker's template profile), and `oracle`, `show_tags`,
+`encoder`, `profile_style` and `rating` have no effect: it reads only tag names in the profile.
 """
 from __future__ import annotations
 
@@ -30,6 +36,8 @@ from ctrlsim.data import Dataset, load_dataset
 from ctrlsim.errors import ConfigError, DataError
 from ctrlsim.metrics.steereval import steereval_figures
 from ctrlsim.recommenders.base import UserState
+from ctrlsim.recommenders.dial import is_dial, parse_dial_spec
+from ctrlsim.recommenders.dial_profile import DialProfileRanker
 from ctrlsim.recommenders.nl_profile import NLProfileRecommender
 from ctrlsim.recommenders.prompts import item_description
 from ctrlsim.seeding import derive_rng
@@ -193,7 +201,9 @@ class SteerEvalEngine:
     """Scenarios, original profiles and rankings, and the measurement of one edit (no Gym API).
 
     Original profiles and rankings are memoised per (user, profile style) and (user, tag, pool,
-    style): the work several episodes share is paid once. The LLM loads on first use.
+    style): the work several episodes share is paid once. The LLM loads on first use. A dial
+    `ranker` spec is parsed and its `DialProfileRanker` built at construction (a bad spec is a
+    `ConfigError` there); it never loads the LLM and ignores `oracle` and `show_tags`.
     """
 
     def __init__(self, *, dataset: Dataset | str = "ml-100k", llm: LLM | str = "qwen2.5-1.5b",
@@ -224,7 +234,10 @@ class SteerEvalEngine:
         self.recommender_options: dict[str, Any] = {
             "ranker": ranker, "encoder": encoder, "profile_style": profile_style, "rating": rating,
             "show_tags": show_tags}
-        self._recommenders: dict[str, NLProfileRecommender] = {}
+        self._recommenders: dict[str, NLProfileRecommender | DialProfileRanker] = {}
+        if is_dial(ranker):  # built now: cheap, and a bad spec or option fails at construction
+            spec = parse_dial_spec(ranker)
+            self._recommenders[""] = DialProfileRanker(self.dataset, lam=spec.lam, **spec.options)
         self._original_profiles: dict[str, str] = {}
         self._original_rankings: dict[tuple, list[str]] = {}
 
@@ -241,8 +254,11 @@ class SteerEvalEngine:
             self._llm = resolve_llm(self._llm_spec)
         return self._llm
 
-    def recommender(self, tag: str | None = None) -> NLProfileRecommender:
-        """The ranker; in the oracle condition one per tag, over item texts that state the tag."""
+    def recommender(self, tag: str | None = None) -> NLProfileRecommender | DialProfileRanker:
+        """The ranker; in the oracle condition one per tag, over item texts that state the tag
+        (a dial ranker is one for all tags: it reads no item text)."""
+        if is_dial(self.recommender_options["ranker"]):
+            return self._recommenders[""]
         key = tag if self.oracle and tag else ""
         if key not in self._recommenders:
             ds = self.dataset.with_descriptions(oracle_descriptions(self.dataset, key)) if key \

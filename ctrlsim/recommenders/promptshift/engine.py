@@ -14,11 +14,15 @@ What it knows of a user it asks `PromptShiftData.user` once, as a
 `UserProfile` (history, prompt titles, slices, mainstreamness, held-out
 positives), and reads only that afterwards; an `Episode` carries its user's
 profile, so scoring it needs no further look-up.
+
+Any other list generator (an object with `generate(requests)` and a `config`
+dict, e.g. the LLM-free `ctrlsim.recommenders.promptshift.dial.DialListGenerator`)
+can stand in for the LLM: `PromptShiftEngine(data, None, generator=...)`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -46,6 +50,15 @@ from ctrlsim.recommenders.promptshift.generation import (
     LLMListGenerator,
     PromptCondition,
 )
+
+
+class ListGenerator(Protocol):
+    """What the engine asks for lists: `LLMListGenerator`, or a stand-in such as the dial generator."""
+
+    @property
+    def config(self) -> dict: ...
+
+    def generate(self, requests: Sequence[tuple[Sequence[str], PromptCondition]]) -> list[GeneratedList]: ...
 
 
 @dataclass
@@ -150,14 +163,20 @@ class PromptShiftEngine:
     averaged over them (section 4.4). The LLM (a spec or an `LLM`) loads on
     first use; construction never generates anything. `domain` picks the
     prompts ("movies" or "music"; default: the dataset's).
+
+    `generator` (an object with `generate(requests)` and `config`) replaces the
+    LLM: it writes every list, no LLM is ever loaded (`llm` is ignored and may
+    be None; `llm_loaded` stays False) and `config` records the generator's
+    config under "generator" in place of the LLM identity.
     """
 
-    def __init__(self, data: PromptShiftData, llm: str | LLM = DEFAULT_LLM, *,
+    def __init__(self, data: PromptShiftData, llm: str | LLM | None = DEFAULT_LLM, *,
                  users: Sequence[str] | None = None, n_candidates: int = N_CANDIDATES, k: int = K,
                  p: float = RBO_P, rho: float = RHO, match_threshold: float = MATCH_THRESHOLD,
                  max_tokens: int | None = None, temperature: float = TEMPERATURE,
                  llm_seed: int | None = None, llm_cache: str | None = None, domain: str | None = None,
-                 exclude_history: bool = False, unmatched: str = UNMATCHED_POLICIES[0]):
+                 exclude_history: bool = False, unmatched: str = UNMATCHED_POLICIES[0],
+                 generator: ListGenerator | None = None):
         if not 1 <= k <= n_candidates:
             raise ConfigError(f"need 1 <= k <= n_candidates, got k={k}, n_candidates={n_candidates}")
         if not 0 < p < 1:
@@ -178,12 +197,20 @@ class PromptShiftEngine:
         self._profiles: dict[str, UserProfile] = {u: data.user(u) for u in self.users}
         self.scenario_means = data.scenario_means(self._profiles[u] for u in self.users)
         self.slice_means = data.slice_means(self.scenario_means)
+        self._injected = generator is not None
+        if generator is not None:
+            if not callable(getattr(generator, "generate", None)) or not hasattr(generator, "config"):
+                raise ConfigError(f"generator must have a generate(requests) method and a config, "
+                                  f"got {type(generator).__name__}")
+            llm = ""
+        elif llm is None:
+            raise ConfigError("llm may be None only when a list generator is given (generator=...)")
         check_llm_argument(llm)
         self._llm: LLM | None = None if isinstance(llm, str) else llm
         self._llm_spec: str = llm if isinstance(llm, str) else ""
         self._llm_cache = llm_cache
         self.max_tokens, self.temperature, self.llm_seed = max_tokens, float(temperature), llm_seed
-        self._generator: LLMListGenerator | None = None
+        self._generator: ListGenerator | None = generator
         self._generated: dict[tuple[str, str], GeneratedList] = {}
         self._matched: dict[tuple[str, str], CandidateList] = {}
         self.generated_usage = _usage()
@@ -199,7 +226,9 @@ class PromptShiftEngine:
 
     @property
     def llm(self) -> LLM:
-        """The LLM, loaded on first use."""
+        """The LLM, loaded on first use (an engine given a list generator has none)."""
+        if self._injected:
+            raise ConfigError("this engine's lists come from its list generator; it has no LLM")
         if self._llm is None:
             self._llm = resolve_llm(self._llm_spec, cache=self._llm_cache)
         return self._llm
@@ -213,7 +242,8 @@ class PromptShiftEngine:
         return self._llm.meter if self._llm is not None else None
 
     @property
-    def generator(self) -> LLMListGenerator:
+    def generator(self) -> ListGenerator:
+        """The list generator given at construction, else an `LLMListGenerator` over the LLM."""
         if self._generator is None:
             self._generator = LLMListGenerator(self.llm, n=self.n_candidates, domain=self.domain,
                                                max_tokens=self.max_tokens, temperature=self.temperature,
@@ -222,12 +252,19 @@ class PromptShiftEngine:
 
     @property
     def config(self) -> dict:
-        llm = self._llm.identity if self._llm is not None else {"spec": self._llm_spec}
-        return {"data": self.data.config, "llm": llm, "n_candidates": self.n_candidates, "k": self.k,
-                "p": self.p, "rho": self.rho, "matcher": self.matcher.config, "domain": self.domain,
-                "exclude_history": self.exclude_history, "unmatched": self.unmatched,
-                "generation": {"max_tokens": self.max_tokens, "temperature": self.temperature,
-                               "seed": self.llm_seed}}
+        """The engine's settings; with a list generator, its config stands where the LLM's identity does."""
+        source: dict
+        if self._injected:
+            source = {"generator": dict(self.generator.config)}
+        else:
+            source = {"llm": self._llm.identity if self._llm is not None else {"spec": self._llm_spec}}
+        out = {"data": self.data.config, **source, "n_candidates": self.n_candidates, "k": self.k,
+               "p": self.p, "rho": self.rho, "matcher": self.matcher.config, "domain": self.domain,
+               "exclude_history": self.exclude_history, "unmatched": self.unmatched}
+        if not self._injected:  # the LLM's decoding settings; a list generator has its own config
+            out["generation"] = {"max_tokens": self.max_tokens, "temperature": self.temperature,
+                                 "seed": self.llm_seed}
+        return out
 
     def profile(self, user: str) -> UserProfile:
         """The user's `UserProfile`, asked of the data once (any user with fit positives)."""
@@ -345,4 +382,4 @@ class PromptShiftEngine:
                 "delta_d": base["drift"] - para_drift}
 
 
-__all__ = ["CandidateList", "Episode", "PromptShiftEngine"]
+__all__ = ["CandidateList", "Episode", "ListGenerator", "PromptShiftEngine"]

@@ -1,0 +1,265 @@
+"""`ctrlsim calibrate`: does a protocol, with these probes, detect controllability, and how finely?
+
+A measuring instrument is calibrated against references whose answer is known. The references
+are the dial boxes of `ctrlsim.recommenders.dial` (and its SteerEval and PromptShift siblings):
+lambda = 0 ignores the user, lambda = 1 follows what the user liked or said. This runner runs a
+protocol's probes (its methods) against dial boxes over a lambda grid and several seeds, through
+the same driver as every runner (run folder, resume, executor, failure policy), and optionally
+against real boxes (`--compare`) to place them on the dial's scale.
+
+Units: `<method>|<box>|seed=<N>`, the box a dial spec (`dial:0.25`) or a compared box name. A unit
+measures the protocol's metric on every one of its observations (a ctrlbench episode per target,
+a SteerEval scenario, a PromptShift user x scenario) and stores them by observation id; tables
+pair observations by that id across lambdas. Per protocol:
+
+  ctrlbench    methods: any ctrlbench method (oracle, random, base-small, ..., module:attribute);
+               metrics: Coverage at the last round (%) and Exposure (% of the target the box put
+               on a recommender slate); compare: any `make_recommender` name (narm, sasrec, ...)
+  steereval    methods: template, stronger, weaker (no LLM), llm-append, llm-rewrite;
+               metric: signed Delta-AUC_t (negated for decrease edits: > 0 = steered as asked);
+               boxes: `dial-profile` rankers; compare: the SteerEval rankers llm, embedding
+  promptshift  methods: b0 (the cued list as generated) and the rerankers b1, b2, b3 applied to it;
+               metrics: Drift against L^0 and SliceShift; boxes: dial list generators; compare: an
+               LLM spec (the list generator PromptShift normally runs)
+
+The tables (`ctrlsim.experiments.calibrate_report`): each method's metric at every lambda with
+its 95% CI, Spearman's rho between lambda and the metric with a cluster-bootstrap CI, the lambda
+= 0 value against its known answer, the resolution (the smallest lambda step every pair of grid
+points that far apart is told apart at p < 0.05), and each compared box's matched lambda with an
+interval. docs/calibration.md says how to read them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.calibrate_units import PROTOCOL_CONFIG, check_data, run_unit, unit_key
+from ctrlsim.experiments.config import check_choice, check_range, config_to_dict
+from ctrlsim.experiments.runner import Runner
+
+DEFAULT_OUT = "results/calibrate"
+PROTOCOLS = ("ctrlbench", "steereval", "promptshift")
+DEFAULT_DIALS = (0.0, 0.25, 0.5, 0.75, 1.0)
+STEEREVAL_METHODS = ("template", "stronger", "weaker", "llm-append", "llm-rewrite")
+PROMPTSHIFT_METHODS = ("b0", "b1", "b2", "b3")
+DEFAULT_METHODS = {"ctrlbench": ("oracle", "random"), "steereval": ("template", "stronger", "weaker"),
+                   "promptshift": ("b0", "b3")}
+# Each protocol's dial family (the spec prefix of its reference boxes) and its metrics, the first
+# of them the one the resolution, the figure and --compare use.
+DIAL_KIND = {"ctrlbench": "dial", "steereval": "dial-profile", "promptshift": "dial"}
+METRICS = {"ctrlbench": ("coverage", "exposure"), "steereval": ("delta_auc",),
+           "promptshift": ("drift", "slice_shift")}
+STEEREVAL_COMPARE = ("llm", "embedding")
+
+
+def _help(text: str, **extra) -> dict:
+    return {"help": text, **extra}
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """One calibration: a protocol's methods against dial boxes over a lambda grid (config.json)."""
+
+    protocol: str = field(default="ctrlbench", metadata=_help(
+        "the protocol calibrated", choices=list(PROTOCOLS)))
+    methods: tuple[str, ...] = field(default=(), metadata=_help(
+        "probe methods (default per protocol: ctrlbench oracle,random; steereval template,stronger,weaker; "
+        "promptshift b0,b3)"))
+    dials: tuple[float, ...] = field(default=DEFAULT_DIALS, metadata=_help(
+        "the lambda grid, values in [0, 1]"))
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata=_help(
+        "seeds (users sampled, probes, ties); each adds observations"))
+    compare: tuple[str, ...] = field(default=(), metadata=_help(
+        "real boxes to place on the dial's scale (ctrlbench: make_recommender names; steereval: llm, "
+        "embedding; promptshift: LLM specs)"))
+    dial_options: tuple[str, ...] = field(default=(), metadata=_help(
+        "key=value options of every dial box, e.g. base=random,mix=scores (docs/calibration.md)"))
+    dataset: str = field(default="ml-100k", metadata=_help("dataset name or path"))
+    llm: str = field(default="qwen2.5-0.5b", metadata=_help(
+        "the LLM of LLM methods (ctrlbench probes, SteerEval LLM edits, a SteerEval llm ranker)"))
+    targets: tuple[str, ...] = field(default=("War+Film-Noir",), metadata=_help(
+        "(ctrlbench) target sets: a tag or a '+' union of tags"))
+    agents: tuple[int, ...] = field(default=(4, 1), metadata=_help(
+        "(ctrlbench) K_large,K_small; one probe by default, so the target-seeking reference measures the "
+        "box, not the diversity of identical probes (docs/calibration.md)"))
+    rounds: int = field(default=4, metadata=_help("(ctrlbench) interaction rounds per episode"))
+    slate_size: int | None = field(default=None, metadata=_help(
+        "(ctrlbench) items per slate (default: ctrlbench's, 3 for most boxes)"))
+    tags: tuple[str, ...] = field(default=("Action", "Comedy", "Romance", "Thriller"), metadata=_help(
+        "(steereval) tags to steer"))
+    users: int = field(default=5, metadata=_help(
+        "(steereval) users per tag; (promptshift) users sampled per seed"))
+    pool_size: int = field(default=100, metadata=_help("(steereval) items ranked per scenario"))
+    scenarios: tuple[str, ...] = field(default=("gender", "age", "gender_age"), metadata=_help(
+        "(promptshift) identity-cue scenarios"))
+    n_candidates: int = field(default=30, metadata=_help("(promptshift) N, items per generated list"))
+    k: int = field(default=20, metadata=_help("(promptshift) K, the evaluated list length"))
+    cache: bool = field(default=True, metadata=_help(
+        "cache LLM replies under $CTRLSIM_CACHE/calibrate (replays are free)"))
+
+    def __post_init__(self):
+        from ctrlsim.recommenders.dial import check_lambda, format_lambda
+
+        check_choice("protocol", self.protocol, PROTOCOLS)
+        if not self.dials:
+            raise ConfigError("dials: the lambda grid is empty; give at least two values in [0, 1]")
+        grid = [check_lambda(v, name="dials") for v in self.dials]
+        if len({format_lambda(v) for v in grid}) != len(grid):
+            raise ConfigError(f"dials: a lambda is given more than once in {list(self.dials)}")
+        if len(grid) < 2:
+            raise ConfigError("dials: a calibration needs at least two lambdas (e.g. 0,1)")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
+        for s in self.seeds:
+            check_range("seeds", s, low=0)
+        for option in self.dial_options:
+            key, sep, value = option.partition("=")
+            if not sep or not key or not value or ":" in option or "|" in option:
+                raise ConfigError(f"dial_options: {option!r} is not key=value")
+        if len(set(self.compare)) != len(self.compare):
+            raise ConfigError(f"compare: a box is given more than once in {list(self.compare)}")
+        for name in ("rounds", "users", "n_candidates", "k"):
+            check_range(name, getattr(self, name), low=1)
+        if self.k > self.n_candidates:
+            raise ConfigError(f"k ({self.k}) must not exceed n_candidates ({self.n_candidates})")
+        self._check_methods()
+        # The protocol's own config validates the rest (targets, agents, tags, pool size, ...)
+        # and the dial boxes' options, all before any model loads.
+        protocol_config(self, self.all_methods[0], self.dial_box(grid[0]), self.seeds[0])
+        self.check_boxes()
+
+    def _check_methods(self) -> None:
+        methods = self.all_methods
+        if len(set(methods)) != len(methods):
+            raise ConfigError(f"methods: a method is given more than once in {list(methods)}")
+        for method in methods:
+            if "|" in method or not method.strip():
+                raise ConfigError(f"methods: {method!r} is empty or contains '|'")
+        if self.protocol == "ctrlbench":
+            from ctrlsim.agents.methods import get_method
+
+            for method in methods:
+                try:
+                    get_method(method)
+                except ConfigError as exc:
+                    raise ConfigError(f"methods: protocol ctrlbench does not take {method!r}: "
+                                      f"{exc}") from None
+            return
+        known = STEEREVAL_METHODS if self.protocol == "steereval" else PROMPTSHIFT_METHODS
+        wrong = [m for m in methods if m not in known]
+        if wrong:
+            raise ConfigError(f"methods: protocol {self.protocol} does not take "
+                              f"{', '.join(map(repr, wrong))}; "
+                              f"its methods are {', '.join(known)}")
+
+    def check_boxes(self) -> None:
+        """Every dial box spec parses and every compared box is one the protocol can run."""
+        from ctrlsim.recommenders.dial import parse_dial_spec
+
+        for lam in self.grid:
+            parse_dial_spec(self.dial_box(lam))
+        for box in self.compare:
+            if "|" in box or not box.strip():
+                raise ConfigError(f"compare: {box!r} is empty or contains '|'")
+            if self.protocol == "ctrlbench":
+                from ctrlsim.recommenders.registry import check_recommender_name
+
+                check_recommender_name(box)
+            elif self.protocol == "steereval" and box not in STEEREVAL_COMPARE:
+                from ctrlsim.recommenders.dial import is_dial
+
+                if not is_dial(box):
+                    raise ConfigError(f"compare: steereval compares its rankers {STEEREVAL_COMPARE} or a "
+                                      "dial "
+                                      f"spec, not {box!r}")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def all_methods(self) -> tuple[str, ...]:
+        return self.methods or DEFAULT_METHODS[self.protocol]
+
+    @property
+    def grid(self) -> tuple[float, ...]:
+        return tuple(sorted(float(v) for v in self.dials))
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return METRICS[self.protocol]
+
+    def dial_box(self, lam: float) -> str:
+        from ctrlsim.recommenders.dial import format_lambda
+
+        return ":".join([f"{DIAL_KIND[self.protocol]}:{format_lambda(lam)}", *self.dial_options])
+
+    def boxes(self) -> list[str]:
+        return [*(self.dial_box(lam) for lam in self.grid), *self.compare]
+
+    def keys(self) -> list[str]:
+        return [unit_key(m, b, s) for b in self.boxes() for s in self.seeds for m in self.all_methods]
+
+
+def protocol_config(config: CalibrateConfig, method: str, box: str, seed: int):
+    """The protocol runner's own config for one unit (validated as that runner validates it)."""
+    return PROTOCOL_CONFIG[config.protocol](config, method, box, seed)
+
+
+# ----------------------------------------------------------------------------- the runner
+
+@dataclass(frozen=True)
+class CalibrateUnit:
+    config: CalibrateConfig
+    show_progress: bool
+
+
+def calibrate_unit(unit: CalibrateUnit, key: str) -> dict:
+    return run_unit(unit.config, key, show_progress=unit.show_progress)
+
+
+def _payload(ctx) -> CalibrateUnit:
+    return CalibrateUnit(ctx.config, ctx.show_progress and ctx.options.executor == "local")
+
+
+def _check(ctx) -> None:
+    check_data(ctx.config)
+
+
+def _plan(ctx, finished) -> list[str]:
+    return ctx.config.keys()
+
+
+def _report(ctx, records) -> str:
+    from ctrlsim.experiments.calibrate_report import render_tables
+
+    return render_tables(ctx.config, dict(records))
+
+
+def _figures(ctx, records) -> None:
+    from ctrlsim.experiments.calibrate_report import save_figures
+
+    save_figures(ctx.folder, ctx.config, dict(records))
+
+
+def _identity(ctx) -> dict:
+    return config_to_dict(ctx.config)
+
+
+RUNNER = Runner(name="calibrate", config_cls=CalibrateConfig, description=__doc__, unit_fn=calibrate_unit,
+                payload=_payload, plan=_plan, report=_report, figures=_figures, check=_check,
+                identity=_identity, extensible=("methods", "dials", "seeds", "compare"),
+                llm_fields=("llm",), default_out=DEFAULT_OUT, unit_name="units")
+
+
+def run_calibrate(config: CalibrateConfig, options=None, *, show_progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) a calibration; returns {"records", "tables", "out", "failed"}."""
+    from ctrlsim.experiments.driver import drive
+
+    result = drive(RUNNER, config, options, show_progress=show_progress)
+    return {"records": result.records_by_key, "tables": result.markdown, "out": str(result.out),
+            "failed": result.failed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ctrlsim.experiments.commands import runner_main
+
+    return runner_main("calibrate", argv)

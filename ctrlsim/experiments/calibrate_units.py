@@ -1,0 +1,251 @@
+"""`ctrlsim calibrate`'s units: one (method, box, seed) of a protocol -> its observations.
+
+Each protocol's unit reuses that protocol's own pieces (ctrlbench's `run_episode`, SteerEval's env
+and interventions, PromptShift's engine and rerankers), so what is calibrated is the instrument
+users run, not a copy of it. A unit's record:
+
+  values   metric -> observation id -> value (ctrlbench: `seed=N/<target>`; SteerEval:
+           `seed=N/<user>/<tag>/<direction>`; PromptShift: `seed=N/<user>/<scenario>`)
+  known    at a dial's lambda = 0, the values the metric must take by construction, where they
+           depend on the observation (ctrlbench's Exposure); constant known answers are the report's
+  details  what the unit cost and every fallback it met (LLM parse failures, template personas,
+           refused or misread edits, unmatched titles)
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from ctrlsim.errors import ConfigError
+from ctrlsim.recommenders.dial import is_dial, parse_dial_spec
+
+if TYPE_CHECKING:  # the config type only: `calibrate` imports this module
+    from ctrlsim.experiments.calibrate import CalibrateConfig
+
+
+def unit_key(method: str, box: str, seed: int) -> str:
+    return f"{method}|{box}|seed={seed}"
+
+
+def parse_unit_key(key: str) -> tuple[str, str, int]:
+    try:
+        method, box, seed = key.split("|")
+        return method, box, int(seed.removeprefix("seed="))
+    except ValueError:
+        raise ConfigError(f"not a calibrate unit key: {key!r} (expected method|box|seed=N)") from None
+
+# ----------------------------------------------------------------------------- protocol configs
+
+
+def ctrlbench_config(config: CalibrateConfig, method: str, box: str, seed: int):
+    from ctrlsim.experiments.ctrlbench import CtrlBenchConfig
+
+    return CtrlBenchConfig(methods=(method,), recommenders=(box,), targets=config.targets, llm=config.llm,
+                           agents=config.agents, rounds=config.rounds, seeds=(seed,),
+                           slate_size=config.slate_size, dataset=config.dataset, cache=config.cache)
+
+
+def steereval_config(config: CalibrateConfig, method: str, box: str, seed: int):
+    from ctrlsim.experiments.steereval_tables import SteerEvalConfig
+
+    return SteerEvalConfig(llm=config.llm, dataset=config.dataset, tags=config.tags, users=config.users,
+                           pool_size=config.pool_size, seed=seed, conditions=("default",))
+
+
+def promptshift_config(config: CalibrateConfig, method: str, box: str, seed: int):
+    from ctrlsim.experiments.promptshift_tables import PromptShiftConfig
+
+    llm = config.llm if is_dial(box) else box
+    return PromptShiftConfig(llms=(llm,), dataset=config.dataset, users=config.users, seed=seed,
+                             scenarios=config.scenarios, n_candidates=config.n_candidates, k=config.k)
+
+
+PROTOCOL_CONFIG: dict[str, Callable[..., Any]] = {
+    "ctrlbench": ctrlbench_config, "steereval": steereval_config, "promptshift": promptshift_config}
+
+
+def _lambda(box: str) -> float | None:
+    return parse_dial_spec(box).lam if is_dial(box) else None
+
+
+def _llm_cache(config: CalibrateConfig) -> str | None:
+    from ctrlsim.backends.bundled import cache_dir
+
+    return str(cache_dir("calibrate") / "llm-responses.sqlite") if config.cache else None
+
+
+# ----------------------------------------------------------------------------- up-front checks
+
+def check_data(config: CalibrateConfig) -> None:
+    """The data checks of the protocol (tags, targets, feasible scenarios, eligible users): no model."""
+    method, box = config.all_methods[0], config.boxes()[0]
+    if config.protocol == "ctrlbench":
+        from ctrlsim.experiments.ctrlbench import _dataset, check_targets
+
+        cb = ctrlbench_config(config, method, box, config.seeds[0])
+        check_targets(cb, _dataset(cb))
+    elif config.protocol == "steereval":
+        for seed in config.seeds:
+            if not _steereval_scenarios(steereval_config(config, method, box, seed))[1]:
+                raise ConfigError(f"steereval: no feasible scenario for tags {list(config.tags)} at "
+                                  f"pool_size={config.pool_size} (seed {seed})")
+    else:
+        from ctrlsim.experiments.promptshift_tables import build_data
+        from ctrlsim.recommenders.promptshift.data import sample_users
+
+        for seed in config.seeds:
+            cfg = promptshift_config(config, method, box, seed)
+            sample_users(build_data(cfg), cfg.users, seed)
+
+
+# ----------------------------------------------------------------------------- ctrlbench
+
+def fixed_exposure(base_order, histories, rounds: int, slate_size: int, targets: set[str], item_ids) -> float:
+    """The share of `targets` a box that ignores its users shows them in `rounds` rounds.
+
+    With shown items masked (as ctrlbench runs every box), probe j's slates are the first
+    rounds * slate_size items of the base ranking less its starting history, whatever it likes.
+    """
+    shown: set[str] = set()
+    for history in histories:
+        start = set(history)
+        ranked = (str(item_ids[i]) for i in base_order if str(item_ids[i]) not in start)
+        shown.update(next(ranked) for _ in range(rounds * slate_size))
+    return len(shown & targets) / len(targets)
+
+
+def ctrlbench_unit(config: CalibrateConfig, method: str, box: str, seed: int, show_progress: bool) -> dict:
+    from ctrlsim.experiments.ctrlbench import _dataset, _recommender, episode_key, run_episode, target_items
+
+    cb = ctrlbench_config(config, method, box, seed)
+    dataset = _dataset(cb)
+    values: dict[str, dict[str, float]] = {"coverage": {}, "exposure": {}}
+    known: dict[str, dict[str, float]] = {}
+    details: dict[str, Any] = {"decisions": 0, "parse_failures": 0, "template_fallbacks": 0,
+                               "dropped_probes": 0, "probes": 0}
+    identity = llm = None
+    for target in config.targets:
+        # Episode bars only for LLM probes: a scripted episode takes milliseconds.
+        bars = show_progress and method not in ("oracle", "random")
+        record = run_episode(cb, episode_key(method, box, target, seed), show_progress=bars)
+        targets = set(target_items(dataset, target))
+        obs = f"seed={seed}/{target}"
+        values["coverage"][obs] = 100.0 * float(record["curves"]["coverage"][-1])
+        surfaced = {i for p in record["probes"] for r in p["rounds"] if r["source"] == "recommender"
+                    for i in r["slate"]}
+        values["exposure"][obs] = 100.0 * len(surfaced & targets) / len(targets)
+        details["decisions"] += int(record.get("decisions") or 0)
+        details["parse_failures"] += int(record.get("parse_failures") or 0)
+        details["template_fallbacks"] += int(record.get("template_fallbacks") or 0)
+        details["dropped_probes"] += len(record.get("dropped") or {})
+        details["probes"] += int(record["k"])
+        identity, llm = record["box"], record["llm"]
+        if _lambda(box) == 0.0:
+            recommender = _recommender(cb, box)
+            histories = [p["behaviour"] for p in record["personas"]]
+            known.setdefault("exposure", {})[obs] = 100.0 * fixed_exposure(
+                recommender.base_order, histories, cb.rounds, record["slate_size"], targets, dataset.item_ids)
+    return {"values": values, "known": known, "details": details, "box_identity": identity, "llm": llm}
+
+
+# ----------------------------------------------------------------------------- SteerEval
+
+def _steereval_scenarios(cfg) -> tuple[tuple, list]:
+    """(data, scenarios) of a SteerEval config, once per process (they need no model)."""
+    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.experiments.steereval_units import prepare_dataset, scenarios_for
+
+    def build():
+        data = prepare_dataset(cfg)
+        return data, scenarios_for(cfg, data)[0]
+    return worker_cache(f"calibrate-steereval:{cfg!r}", build)
+
+
+def steereval_unit(config: CalibrateConfig, method: str, box: str, seed: int, show_progress: bool) -> dict:
+    from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend
+    from ctrlsim.envs.steereval_env import to_observation_text
+    from ctrlsim.experiments.steereval_units import make_env
+    from ctrlsim.experiments.units import cached_llm
+    from ctrlsim.recommenders.steereval import Condition
+
+    cfg = steereval_config(config, method, box, seed)
+    data, scenarios = _steereval_scenarios(cfg)
+    needs_llm = method in ("llm-append", "llm-rewrite") or box == "llm"
+    model: Any = cached_llm(config.llm, _llm_cache(config)) if needs_llm else config.llm
+    if method == "llm-append":
+        policy: Any = LLMAppend(model)
+    elif method == "llm-rewrite":
+        policy = LLMRewrite(model)
+    else:
+        policy = TemplateAppend("default" if method == "template" else method)
+    env = make_env(cfg, data, Condition(ranker=box), model)
+    start = model.meter.total if needs_llm else None
+    values: dict[str, float] = {}
+    problems = 0
+    for sc in scenarios:
+        obs, info = env.reset(options={"scenario": sc})
+        steered = to_observation_text(policy.act(obs, info))
+        _, reward, _, _, figures = env.step(steered)
+        values[f"seed={seed}/{sc.user_id}/{sc.tag}/{sc.direction}"] = float(reward)
+        problems += bool(set(figures.get("edit_problems", ())) & {"empty", "refusal", "unchanged"})
+    details: dict[str, Any] = {"scenarios": len(scenarios), "edits_refused_or_unchanged": problems}
+    if start is not None:
+        total = model.meter.total
+        details["tokens"] = {"prompt": total.prompt_tokens - start.prompt_tokens,
+                             "completion": total.completion_tokens - start.completion_tokens}
+    engine = env.engine
+    return {"values": {"delta_auc": values}, "known": {}, "details": details,
+            "box_identity": engine.recommender().identity,
+            "llm": model.identity if needs_llm else None}
+
+
+# ----------------------------------------------------------------------------- PromptShift
+
+def promptshift_unit(config: CalibrateConfig, method: str, box: str, seed: int, show_progress: bool) -> dict:
+    from ctrlsim.experiments.promptshift_tables import build_data
+    from ctrlsim.experiments.units import cached_llm
+    from ctrlsim.recommenders.promptshift.data import sample_users
+    from ctrlsim.recommenders.promptshift.dial import make_list_generator
+    from ctrlsim.recommenders.promptshift.engine import PromptShiftEngine
+    from ctrlsim.recommenders.promptshift.rerankers import PAPER_PARAMS
+    from ctrlsim.recommenders.promptshift.selection import reranker_set
+
+    cfg = promptshift_config(config, method, box, seed)
+    data = build_data(cfg)
+    users = sample_users(data, cfg.users, seed)
+    if is_dial(box):
+        engine = PromptShiftEngine(data, None, users=users, n_candidates=cfg.n_candidates, k=cfg.k,
+                                   generator=make_list_generator(box, data, n=cfg.n_candidates))
+    else:
+        engine = PromptShiftEngine(data, cached_llm(box, _llm_cache(config)), users=users,
+                                   n_candidates=cfg.n_candidates, k=cfg.k)
+    reranker = reranker_set(engine, PAPER_PARAMS)[method.upper()]
+    values: dict[str, dict[str, float]] = {"drift": {}, "slice_shift": {}}
+    unmatched = parse_errors = 0
+    for user in users:
+        history = engine.history_slots(user)
+        for scenario in cfg.scenarios:
+            episode = engine.episode(user, scenario)
+            order = reranker.order(engine.candidate_slots(episode), episode.slice_id, history)
+            metrics = engine.evaluate(episode, order)
+            obs = f"seed={seed}/{user}/{scenario}"
+            values["drift"][obs] = float(metrics["drift"])
+            values["slice_shift"][obs] = float(metrics["slice_shift"])
+            unmatched += episode.cue.counts()["unmatched"]
+            parse_errors += episode.cue.counts()["parse_error"]
+    details = {"users": len(users), "unmatched_titles": unmatched, "parse_errors": parse_errors,
+               **{k: v for k, v in engine.generated_usage.items()}}
+    return {"values": values, "known": {}, "details": details, "box_identity": engine.config.get("generator")
+            or engine.config.get("llm"), "llm": None if is_dial(box) else engine.config.get("llm")}
+
+
+UNITS = {"ctrlbench": ctrlbench_unit, "steereval": steereval_unit, "promptshift": promptshift_unit}
+
+
+def run_unit(config: CalibrateConfig, key: str, *, show_progress: bool = False) -> dict:
+    """One (method, box, seed) unit -> its record (a pure function of the config and the key)."""
+    started = time.perf_counter()
+    method, box, seed = parse_unit_key(key)
+    record = UNITS[config.protocol](config, method, box, seed, show_progress)
+    return {"protocol": config.protocol, "method": method, "box": box, "lambda": _lambda(box), "seed": seed,
+            **record, "timing": {"seconds": round(time.perf_counter() - started, 2)}}

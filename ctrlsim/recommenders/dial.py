@@ -1,0 +1,247 @@
+"""Dial black boxes: reference recommenders whose controllability is known by construction.
+
+A measuring instrument is calibrated against references whose answer is known. A dial box has a
+knob lambda in [0, 1]: at lambda = 0 it ignores everything the user does (a fixed base ranking),
+at lambda = 1 it ranks by how well an item matches what the user liked, and in between it mixes
+the two by a documented rule. No LLM runs inside a dial box, so it is cheap and exact.
+
+Spec strings (accepted wherever a box name is, e.g. `make_recommender`, `--recommenders`):
+
+    dial:<lambda>[:key=value...]        this module's `DialRecommender` (interactive protocols)
+    dial-profile:<lambda>[:key=value]   `ctrlsim.recommenders.dial_profile.DialProfileRanker`
+                                        (SteerEval's profile-text ranker)
+
+e.g. `dial:0.5`, `dial:0.25:base=random:mix=scores`. Options given in the spec and as keyword
+arguments are merged (keyword arguments win).
+
+`DialRecommender`, for a user whose history (liked items) is H:
+
+* base ranking b: `popularity` (distinct users per item, ties by catalogue order) or `random`
+  (a permutation fixed by `seed`); it never looks at the user.
+* what it follows, F: `feedback` (default) = the liked items this box itself showed (history
+  items that are also in the state's `shown`: what the user did in front of this box), or
+  `history` = every liked item, the starting history included. Following feedback is what makes
+  the dial steerable by likes alone: a box that follows a starting history the probe cannot
+  change shows that history's neighbourhood forever, and a probe that likes only targets never
+  gets to like one. With F empty the slate is the base ranking.
+* affinity a: `tags` (tag overlap: for each of the item's tags, how many items of F carry it,
+  summed; an item sharing the tags all the liked items share ranks first; ties by the base
+  ranking) or `embedding` (cosine between the item's text embedding and the mean embedding of F,
+  with the text encoder `encoder`). Tag overlap rather than cosine: cosine penalises a target
+  item for every tag it has that the liked items lack, so a box following War likes by cosine
+  drifts to the liked items' other genres.
+* mix `positions` (default): each slate position, top down, takes the best remaining item of the
+  affinity ranking with probability lambda, else the best remaining item of the base ranking.
+  The draws come from a generator seeded by (seed, the state's history and shown items), so the
+  same state always gets the same slate, and lambda is exactly the expected share of positions
+  that follow the user.
+* mix `scores`: score = (1 - lambda) * r_b + lambda * r_a, with r_b and r_a the items' ranks in
+  the base and affinity rankings scaled to [0, 1] (1 = first).
+
+Known answers: at lambda = 0 two users with any histories get the base ranking (less the items the
+`Recommender` options exclude), so every probe of an episode sees the same slates whatever it
+likes; at lambda = 1 (mix positions) the slate is the affinity ranking. `follow=feedback` needs the
+env to pass the items shown (ctrlsim's envs always do).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ctrlsim.data import Dataset
+from ctrlsim.errors import ConfigError
+from ctrlsim.recommenders.base import Recommender, UserState
+from ctrlsim.seeding import derive_rng
+
+DIAL_PREFIXES = ("dial", "dial-profile")
+BASES = ("popularity", "random")
+AFFINITIES = ("tags", "embedding")
+MIXES = ("positions", "scores")
+FOLLOWS = ("feedback", "history")
+
+
+@dataclass(frozen=True)
+class DialSpec:
+    """A parsed dial spec: which dial, its lambda and the options written in the spec."""
+
+    kind: str
+    lam: float
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        opts = "".join(f":{k}={v}" for k, v in self.options.items())
+        return f"{self.kind}:{format_lambda(self.lam)}{opts}"
+
+
+def format_lambda(lam: float) -> str:
+    """lambda as written in box names and tables: 0, 0.25, 0.5, 1 (no trailing zeros)."""
+    return f"{lam:.6g}"
+
+
+def is_dial(name: str) -> bool:
+    return isinstance(name, str) and name.split(":", 1)[0] in DIAL_PREFIXES and ":" in name
+
+
+def check_lambda(lam: object, *, name: str = "lambda") -> float:
+    """lambda as a float in [0, 1] (a `ConfigError` names the bad value)."""
+    if isinstance(lam, bool) or not isinstance(lam, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(float(lam)) or not 0.0 <= float(lam) <= 1.0:
+        raise ConfigError(f"{name} must be a number in [0, 1], got {lam!r}")
+    return float(lam)
+
+
+def parse_dial_spec(spec: str) -> DialSpec:
+    """`dial:<lambda>[:key=value...]` (or `dial-profile:...`) -> `DialSpec`; `ConfigError` if malformed."""
+    if not is_dial(spec):
+        raise ConfigError(f"not a dial box spec: {spec!r} (expected dial:<lambda> or dial-profile:<lambda>)")
+    kind, _, rest = spec.partition(":")
+    value, *pairs = rest.split(":")
+    try:
+        lam = float(value)
+    except ValueError:
+        raise ConfigError(f"{spec!r}: lambda {value!r} is not a number in [0, 1]") from None
+    lam = check_lambda(lam, name=f"{spec!r}: lambda")
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, val = pair.partition("=")
+        if not sep or not key or not val:
+            raise ConfigError(f"{spec!r}: option {pair!r} is not key=value")
+        if key in options:
+            raise ConfigError(f"{spec!r}: option {key!r} is given twice")
+        options[key] = val
+    return DialSpec(kind, lam, options)
+
+
+def _check_option(name: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ConfigError(f"dial option {name}={value!r}; choose from {list(choices)}")
+    return value
+
+
+def rank_scale(order: np.ndarray) -> np.ndarray:
+    """Ranks scaled to [0, 1]: the item at order[0] gets 1, the last 0 (a single item gets 1)."""
+    n = len(order)
+    out = np.empty(n, dtype=np.float64)
+    out[order] = 1.0 - np.arange(n) / max(n - 1, 1)
+    return out
+
+
+class DialRecommender(Recommender):
+    """The interactive dial box (see the module docstring for the rule and its known answers)."""
+
+    name = "dial"
+
+    def __init__(self, dataset: Dataset, *, lam: float, base: str = "popularity", affinity: str = "tags",
+                 mix: str = "positions", follow: str = "feedback", seed: int | str = 0,
+                 encoder: str = "minilm", **options):
+        super().__init__(dataset, **options)
+        self.lam = check_lambda(lam)
+        self.base = _check_option("base", base, BASES)
+        self.affinity = _check_option("affinity", affinity, AFFINITIES)
+        self.mix = _check_option("mix", mix, MIXES)
+        self.follow = _check_option("follow", follow, FOLLOWS)
+        try:
+            self.seed = int(seed)
+        except (TypeError, ValueError):
+            raise ConfigError(f"dial option seed={seed!r} is not an integer") from None
+        if self.seed < 0:
+            raise ConfigError(f"dial option seed={seed!r} must be >= 0")
+        self.encoder_spec = encoder
+        n = len(dataset.items)
+        if self.base == "popularity":
+            pop = dataset.items["popularity"].to_numpy(dtype=np.float64)
+            self.base_order = np.lexsort((np.arange(n), -pop))
+        else:
+            self.base_order = derive_rng(self.seed, "dial-base").permutation(n)
+        # An item's position in the base ranking breaks affinity ties (earlier = better).
+        self.base_rank = np.empty(n, dtype=np.int64)
+        self.base_rank[self.base_order] = np.arange(n)
+        self._item_vectors: np.ndarray | None = None
+
+    @property
+    def identity(self) -> dict:
+        ident = {**super().identity, "lambda": self.lam, "base": self.base, "affinity": self.affinity,
+                 "mix": self.mix, "follow": self.follow, "seed": self.seed}
+        if self.affinity == "embedding":
+            ident["encoder"] = self.encoder_spec
+        return ident
+
+    # ------------------------------------------------------------------ affinity
+    def item_vectors(self) -> np.ndarray:
+        """Rows of item vectors: 0/1 tag vectors (`tags`), or unit-norm text embeddings."""
+        if self._item_vectors is None:
+            if self.affinity == "tags":
+                tags = self.dataset.item_tags
+                index = {t: c for c, t in enumerate(sorted(set(tags["tag"])))}
+                vectors = np.zeros((len(self.dataset.items), len(index)))
+                rows = self.dataset.indices(tags["item_id"].astype(str))
+                vectors[rows, tags["tag"].map(index).to_numpy()] = 1
+            else:
+                from ctrlsim.backends import resolve_encoder
+
+                vectors = resolve_encoder(self.encoder_spec).encode(self.dataset.items["text"].tolist())
+                norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+                vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+            self._item_vectors = vectors
+        return self._item_vectors
+
+    def followed(self, state: UserState) -> list[str]:
+        """The liked items the dial follows (see `follow` in the module docstring)."""
+        if self.follow == "history":
+            return list(state.history)
+        shown = set(state.shown)
+        return [i for i in state.history if i in shown]
+
+    def affinity_order(self, state: UserState) -> np.ndarray | None:
+        """Catalogue indices by affinity to the followed likes, best first (None: nothing to follow)."""
+        followed = self.followed(state)
+        if not followed:
+            return None
+        vectors = self.item_vectors()
+        query = vectors[self.dataset.indices(followed)].sum(axis=0)
+        affinity = vectors @ query
+        return np.lexsort((self.base_rank, -np.round(affinity, 12)))
+
+    # ------------------------------------------------------------------ scoring
+    def score_all(self, states: Sequence[UserState]) -> np.ndarray:
+        n = len(self.dataset.items)
+        base_scores = rank_scale(self.base_order)
+        out = np.empty((len(states), n))
+        for row, state in enumerate(states):
+            order = self.affinity_order(state) if self.lam > 0 else None
+            if order is None:
+                out[row] = base_scores
+            elif self.mix == "scores":
+                out[row] = (1.0 - self.lam) * base_scores + self.lam * rank_scale(order)
+            else:
+                out[row] = rank_scale(self._mixed_order(state, order))
+        return out
+
+    def _mixed_order(self, state: UserState, affinity: np.ndarray) -> np.ndarray:
+        """The catalogue as positions drawn from the affinity ranking (prob. lambda) or the base one.
+
+        Excluded items (history, and shown items with `mask_shown`) are skipped first, so every
+        draw fills a position a slate can show."""
+        banned = set(state.history) if self.exclude_history else set()
+        if self.mask_shown:
+            banned.update(state.shown)
+        banned_idx = self.dataset.indices(sorted(banned)) if banned else np.empty(0, dtype=np.int64)
+        keep = np.ones(len(self.base_order), dtype=bool)
+        keep[banned_idx] = False
+        lists = [self.base_order[keep[self.base_order]], affinity[keep[affinity]]]
+        rng = derive_rng(self.seed, "dial-positions", "|".join(state.history), "|".join(state.shown))
+        follow = rng.random(len(lists[0])) < self.lam
+        used = np.zeros(len(keep), dtype=bool)
+        cursor = [0, 0]
+        order = []
+        for pick in follow.astype(int):
+            source = lists[pick]
+            while used[source[cursor[pick]]]:
+                cursor[pick] += 1
+            item = source[cursor[pick]]
+            used[item] = True
+            order.append(item)
+        return np.concatenate([np.asarray(order, dtype=np.int64), banned_idx])
