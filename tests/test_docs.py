@@ -77,6 +77,10 @@ def command_loads_llm(command: str) -> bool:
     argv = shlex.split(command)
     if any(arg in LLM_FLAGS for arg in argv):
         return True
+    if argv[:2] == ["ctrlsim", "calibrate"]:  # scripted probes and templates load none
+        methods = argv[argv.index("--methods") + 1].split(",") if "--methods" in argv else ["oracle"]
+        scripted = {"random", "oracle", "template", "stronger", "weaker", "b0", "b1", "b2", "b3"}
+        return not set(methods) <= scripted or ("--compare" in argv and "promptshift" in argv)
     if argv[:2] != ["ctrlsim", "ctrlbench"]:
         return False
     methods = argv[argv.index("--methods") + 1].split(",") if "--methods" in argv else ["base-large"]

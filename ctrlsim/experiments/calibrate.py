@@ -96,7 +96,8 @@ class CalibrateConfig:
     n_candidates: int = field(default=30, metadata=_help("(promptshift) N, items per generated list"))
     k: int = field(default=20, metadata=_help("(promptshift) K, the evaluated list length"))
     cache: bool = field(default=True, metadata=_help(
-        "cache LLM replies under $CTRLSIM_CACHE/calibrate (replays are free)"))
+        "cache LLM replies and personas (ctrlbench episodes in ctrlbench's cache, the rest under "
+        "$CTRLSIM_CACHE/calibrate; replays are free)"))
 
     def __post_init__(self):
         from ctrlsim.recommenders.dial import check_lambda, format_lambda
@@ -155,10 +156,10 @@ class CalibrateConfig:
 
     def check_boxes(self) -> None:
         """Every dial box spec parses and every compared box is one the protocol can run."""
-        from ctrlsim.recommenders.dial import parse_dial_spec
+        from ctrlsim.recommenders.dial import check_dial_spec
 
         for lam in self.grid:
-            parse_dial_spec(self.dial_box(lam))
+            check_dial_spec(self.dial_box(lam))
         for box in self.compare:
             if "|" in box or not box.strip():
                 raise ConfigError(f"compare: {box!r} is empty or contains '|'")

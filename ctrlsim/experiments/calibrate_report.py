@@ -199,22 +199,22 @@ def known_table(config, records: Mapping[str, dict], obs) -> str:
 
 
 def resolution_table(config, obs) -> str:
-    metric = config.metrics[0]
-    header = ["Method", "Resolution"]
+    header = ["Method", "Metric", "Resolution"]
     rows = []
     deltas: list[float] = []
     results = {}
     for method in config.all_methods:
-        res = resolution(curve(config, obs, method, metric))
-        results[method] = res
-        deltas = sorted(set(deltas) | {s.delta for s in res.steps})
+        for metric in config.metrics:
+            res = resolution(curve(config, obs, method, metric))
+            results[(method, metric)] = res
+            deltas = sorted(set(deltas) | {s.delta for s in res.steps})
     header += [f"step {format_lambda(d)}: told apart (max p)" for d in deltas]
-    for method, res in results.items():
+    for (method, metric), res in results.items():
         by_delta = {s.delta: s for s in res.steps}
         value = res.value
         cells = [f"{by_delta[d].told_apart}/{by_delta[d].pairs} ({by_delta[d].max_p:.2g})" if d in by_delta
                  else "-" for d in deltas]
-        rows.append([method, "not resolved" if value is None else format_lambda(value), *cells])
+        rows.append([method, _label(metric), "not resolved" if value is None else format_lambda(value), *cells])
     return github_table(rows, header)
 
 
@@ -267,7 +267,7 @@ def render_tables(config, records: Mapping[str, dict]) -> str:
     for metric in config.metrics:
         parts += ["", f"## {_label(metric)} against lambda", "", metric_table(config, obs, metric)]
     parts += ["", "## Known answers at lambda = 0", "", known_table(config, records, obs),
-              "", f"## Resolution of {_label(config.metrics[0])}", "", resolution_table(config, obs)]
+              "", "## Resolution: the smallest lambda step told apart", "", resolution_table(config, obs)]
     if config.compare:
         parts += ["", "## Real boxes on the dial's scale", "", compare_table(config, obs)]
     parts += ["", "## Cost and fallbacks", "", cost_table(config, records)]
@@ -297,16 +297,16 @@ def calibration_figure(config, records: Mapping[str, dict]):
             high = np.array([e.high if e.n > 1 else e.value for e in ests])
             (line,) = ax.plot(grid, mean, marker="o", markersize=4, label=method)
             ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
-            for box in config.compare:
+            for box, style in zip(config.compare, [":", "--", "-.", (0, (1, 3)), (0, (5, 1))] * 4):
                 if (method, box) in obs:
                     value = _estimate(obs[(method, box)][metric]).value
-                    ax.axhline(value, color=line.get_color(), linestyle=":", linewidth=1)
-                    ax.annotate(f"{box} ({method})", (grid[-1], value), fontsize=6, ha="right", va="bottom")
+                    ax.axhline(value, color=line.get_color(), linestyle=style, linewidth=1,
+                               label=f"{box} ({method})")
         ax.set_xlabel("lambda (dial box)")
         ax.set_ylabel(_label(metric))
         ax.grid(alpha=0.3)
         if n == 0:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=6, ncol=2 if config.compare else 1)
     fig.suptitle(f"Calibration of {config.protocol} ({config.dataset}; mean and 95% CI)")
     fig.tight_layout()
     return fig

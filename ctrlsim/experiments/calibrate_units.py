@@ -123,6 +123,7 @@ def ctrlbench_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
     known: dict[str, dict[str, float]] = {}
     details: dict[str, Any] = {"decisions": 0, "parse_failures": 0, "template_fallbacks": 0,
                                "dropped_probes": 0, "probes": 0}
+    starts: dict[str, list[list[str]]] = {}
     identity = llm = None
     for target in config.targets:
         # Episode bars only for LLM probes: a scripted episode takes milliseconds.
@@ -140,12 +141,14 @@ def ctrlbench_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
         details["dropped_probes"] += len(record.get("dropped") or {})
         details["probes"] += int(record["k"])
         identity, llm = record["box"], record["llm"]
+        histories = [list(p["behaviour"]) for p in record["personas"]]
+        starts[obs] = histories
         if _lambda(box) == 0.0:
             recommender = _recommender(cb, box)
-            histories = [p["behaviour"] for p in record["personas"]]
             known.setdefault("exposure", {})[obs] = 100.0 * fixed_exposure(
                 recommender.base_order, histories, cb.rounds, record["slate_size"], targets, dataset.item_ids)
-    return {"values": values, "known": known, "details": details, "box_identity": identity, "llm": llm}
+    return {"values": values, "known": known, "details": details, "start_histories": starts,
+            "box_identity": identity, "llm": llm}
 
 
 # ----------------------------------------------------------------------------- SteerEval

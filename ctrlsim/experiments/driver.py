@@ -209,7 +209,7 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                      context=ctx)
 
 
-def run(protocol: str, out: str | Path | None = None, *, options: RunOptions | None = None,
+def run(protocol: str, /, out: str | Path | None = None, *, options: RunOptions | None = None,
         show_progress: bool = True, raise_on_failure: bool = True, resources: Mapping[str, Any] | None = None,
         **config_fields: Any) -> RunResult:
     """Run any registered protocol from Python, with the CLI's resume and failure policy.
@@ -217,7 +217,9 @@ def run(protocol: str, out: str | Path | None = None, *, options: RunOptions | N
     `ctrlsim.run("probe", out="results/p", agents=4, rounds=5)` builds the protocol's config from
     the keyword arguments (unknown names are an error), runs or resumes it in `out`, and returns
     the `RunResult` (`records`, `tables` as DataFrames). Failed units raise `RunFailedError`
-    (its `result` keeps what finished) unless `raise_on_failure=False`.
+    (its `result` keeps what finished) unless `raise_on_failure=False`. `protocol` is positional
+    only, so a config field of that name (`ctrlsim.run("calibrate", protocol="steereval")`) is a
+    config field.
     """
     from ctrlsim.experiments.config import config_from_dict
     from ctrlsim.experiments.runner import get_runner

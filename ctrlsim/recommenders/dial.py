@@ -115,6 +115,45 @@ def parse_dial_spec(spec: str) -> DialSpec:
     return DialSpec(kind, lam, options)
 
 
+def parse_flag(name: str, value: object) -> bool:
+    """A boolean option given as a bool, 0/1 or a string (true/false, yes/no, 1/0), as spec options are."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+        return value.strip().lower() in ("true", "1", "yes")
+    raise ConfigError(f"{name}={value!r} is not a boolean (true/false)")
+
+
+FLAG_OPTIONS = ("exclude_history", "mask_shown")
+
+
+# The options each dial kind takes, and their allowed values (None: any value of the right type).
+DIAL_OPTIONS: dict[str, dict[str, Sequence[str] | None]] = {
+    "dial": {"base": BASES, "affinity": AFFINITIES, "mix": MIXES, "follow": FOLLOWS, "seed": None,
+             "encoder": None, "exclude_history": None, "mask_shown": None},
+    "dial-profile": {"base": BASES, "seed": None, "exclude_history": None, "mask_shown": None},
+}
+
+
+def check_dial_spec(spec: str) -> DialSpec:
+    """Parse a dial spec and check its options' names and values without building the box."""
+    parsed = parse_dial_spec(spec)
+    known = DIAL_OPTIONS[parsed.kind]
+    for key, value in parsed.options.items():
+        if key not in known:
+            raise ConfigError(f"{spec!r}: unknown {parsed.kind} option {key!r}; options: {', '.join(known)}")
+        choices = known[key]
+        if choices is not None:
+            _check_option(key, value, choices)
+        elif key in FLAG_OPTIONS:
+            parse_flag(f"{spec!r}: option {key}", value)
+        elif key == "seed" and not (value.isdigit()):
+            raise ConfigError(f"{spec!r}: option seed={value!r} is not a non-negative integer")
+    return parsed
+
+
 def _check_option(name: str, value: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ConfigError(f"dial option {name}={value!r}; choose from {list(choices)}")
@@ -137,7 +176,11 @@ class DialRecommender(Recommender):
     def __init__(self, dataset: Dataset, *, lam: float, base: str = "popularity", affinity: str = "tags",
                  mix: str = "positions", follow: str = "feedback", seed: int | str = 0,
                  encoder: str = "minilm", **options):
-        super().__init__(dataset, **options)
+        unknown = sorted(set(options) - set(FLAG_OPTIONS))
+        if unknown:
+            raise ConfigError(f"unknown dial option(s) {unknown}; options: base, affinity, mix, follow, seed, "
+                              f"encoder, {', '.join(FLAG_OPTIONS)}")
+        super().__init__(dataset, **{k: parse_flag(f"dial option {k}", v) for k, v in options.items()})
         self.lam = check_lambda(lam)
         self.base = _check_option("base", base, BASES)
         self.affinity = _check_option("affinity", affinity, AFFINITIES)

@@ -81,7 +81,7 @@ import pandas as pd
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError, EmptyHistoryError
 from ctrlsim.recommenders.base import Recommender, UserState
-from ctrlsim.recommenders.dial import BASES, check_lambda, rank_scale
+from ctrlsim.recommenders.dial import BASES, FLAG_OPTIONS, check_lambda, parse_flag, rank_scale
 from ctrlsim.seeding import derive_rng
 
 NON_TAGS = frozenset({"unknown"})  # the same as ctrlsim.recommenders.steereval.NON_TAGS
@@ -93,7 +93,6 @@ WEAK_CUES = ("more", "less", "somewhat")
 STRONG, WEAK = 2.0, 0.5
 MAX_TITLES = 5
 MAX_TAGS = 3
-FLAG_OPTIONS = ("exclude_history", "mask_shown")
 
 _WORD_CHAR = "A-Za-z0-9"
 _QUOTED = re.compile(r'"[^"]*"')
@@ -141,13 +140,7 @@ def sentences(text: str) -> list[str]:
 
 
 def _flag(name: str, value: object) -> bool:
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
-        return value.strip().lower() in ("true", "1", "yes")
-    raise ConfigError(f"dial-profile option {name}={value!r} is not a boolean (true/false)")
+    return parse_flag(f"dial-profile option {name}", value)
 
 
 def _seed(value: object) -> int:

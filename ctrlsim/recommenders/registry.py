@@ -52,12 +52,12 @@ SPEC_FORMS = "'recbole:<Model>', 'dial:<lambda>' or 'dial-profile:<lambda>'"
 
 def check_recommender_name(name: str) -> None:
     """A `ConfigError` unless `make_recommender` knows `name` (nothing is built; dial specs are parsed)."""
-    from ctrlsim.recommenders.dial import is_dial, parse_dial_spec
+    from ctrlsim.recommenders.dial import check_dial_spec, is_dial
 
     if not isinstance(name, str):
         raise ConfigError(f"a recommender name is a string, got {name!r}")
     if is_dial(name):
-        parse_dial_spec(name)
+        check_dial_spec(name)
     elif not (name.startswith("recbole:") and name.split(":", 1)[1]) and name not in RECOMMENDERS:
         raise ConfigError(f"unknown recommender {name!r}; known: {sorted(RECOMMENDERS)} or {SPEC_FORMS}")
 

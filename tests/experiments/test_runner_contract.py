@@ -34,6 +34,8 @@ CASES: dict[str, tuple[tuple[str, ...], str | None, int, bool]] = {
     "evolve": (("--agents", "2", "--merges", "1", "--rounds-per-merge", "1", "--eval-rounds", "1",
                 "--recommender", "popularity", "--debate-max-tokens", "16", "--merge-max-tokens", "64"),
                "--llm", 8, True),
+    "calibrate": (("--methods", "base-small", "--dials", "0,1", "--seeds", "0", "--targets", "War",
+                   "--agents", "1,1", "--rounds", "1"), "--llm", 2, False),
 }
 
 
