@@ -214,7 +214,8 @@ def resolution_table(config, obs) -> str:
         value = res.value
         cells = [f"{by_delta[d].told_apart}/{by_delta[d].pairs} ({by_delta[d].max_p:.2g})" if d in by_delta
                  else "-" for d in deltas]
-        rows.append([method, _label(metric), "not resolved" if value is None else format_lambda(value), *cells])
+        shown = "not resolved" if value is None else format_lambda(value)
+        rows.append([method, _label(metric), shown, *cells])
     return github_table(rows, header)
 
 

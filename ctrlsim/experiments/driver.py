@@ -101,11 +101,13 @@ def check_model_fields(runner: Runner, config: Any, resources: Mapping[str, Any]
     """Every LLM and encoder spec the config names can be loaded in principle (nothing loads here)."""
     from ctrlsim.backends.spec_check import check_llm_spec
 
+    from ctrlsim.recommenders.dial import is_dial
+
     for name in runner.llm_fields:
         value = getattr(config, name)
         specs = value if isinstance(value, (tuple, list)) else (value,)
         for spec in specs:
-            if spec is None or spec in resources:
+            if spec is None or spec in resources or (name in runner.dial_fields and is_dial(spec)):
                 continue
             check_llm_spec(spec, name=name)
     if runner.encoder_fields:

@@ -41,6 +41,7 @@ from ctrlsim.experiments.runfolder import software_versions
 from ctrlsim.experiments.runner import RunContext, Runner
 from ctrlsim.experiments.units import cached_llm, provide_llm
 from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
+from ctrlsim.recommenders.dial import is_dial
 from ctrlsim.recommenders.promptshift.defaults import (
     AUTO,
     HISTORY_LEN,
@@ -111,6 +112,12 @@ class PromptShiftConfig:
             raise ConfigError(f"llms needs at least one non-empty model spec, got {self.llms!r}")
         check_choices("llms", self.llms, self.llms)  # no spec twice
         for spec in self.llms:
+            if is_dial(spec):  # the reference generator: checked in full by make_list_generator
+                from ctrlsim.recommenders.dial import parse_dial_spec
+
+                if parse_dial_spec(spec).kind != "dial":
+                    raise ConfigError(f"llms: {spec!r}: PromptShift's reference generator is dial:<lambda>")
+                continue
             runtime, target = parse_spec(spec.strip())
             if not target.strip():
                 raise ConfigError(f"llms: spec {spec!r} names the runtime {runtime!r} but no model")
@@ -205,9 +212,17 @@ def protocol_choices(cfg: PromptShiftConfig, data: PromptShiftData) -> dict:
 
 # --------------------------------------------------------------------- units
 def _engine(cfg: PromptShiftConfig, data: PromptShiftData, llm: str | LLM, users=None) -> PromptShiftEngine:
+    """The engine of one generator: an LLM (a spec or a live one) or a dial spec (`dial:<lambda>`,
+    the reference generator of known cue dependence, docs/calibration.md)."""
     # A fixed threshold matches from the start; otherwise validation selection moves it.
     match_threshold = MATCH_THRESHOLD if cfg.match_threshold is None else cfg.match_threshold
-    return PromptShiftEngine(data, llm, users=users, n_candidates=cfg.n_candidates, k=cfg.k, p=cfg.p,
+    generator = None
+    if isinstance(llm, str) and is_dial(llm):
+        from ctrlsim.recommenders.promptshift.dial import make_list_generator
+
+        llm, generator = None, make_list_generator(llm, data, n=cfg.n_candidates)  # type: ignore[assignment]
+    return PromptShiftEngine(data, llm, users=users, generator=generator, n_candidates=cfg.n_candidates,
+                             k=cfg.k, p=cfg.p,
                              rho=cfg.rho, match_threshold=match_threshold, max_tokens=cfg.max_tokens,
                              temperature=cfg.temperature, domain=cfg.domain,
                              exclude_history=cfg.exclude_history, unmatched=cfg.unmatched)
@@ -217,10 +232,14 @@ def generate_user_lists(cfg: PromptShiftConfig, key: str) -> dict:
     """Unit of work "<llm>/<user>": the user's L^0, P1-P3 and one cued list per scenario."""
     llm_spec, _, user = key.rpartition("/")
     data = build_data(cfg)
-    llm = cached_llm(llm_spec, cfg.llm_cache)
-    engine = _engine(cfg, data, llm, users=[user])
+    if is_dial(llm_spec):
+        engine = _engine(cfg, data, llm_spec, users=[user])
+        identity = engine.config["generator"]
+    else:
+        llm = cached_llm(llm_spec, cfg.llm_cache)
+        engine, identity = _engine(cfg, data, llm, users=[user]), llm.identity
     lists, usage = engine.lists_for(user, engine.user_conditions(user))
-    return {"user": user, "llm": llm.identity, "lists": [c.generated.to_dict() for c in lists],
+    return {"user": user, "llm": identity, "lists": [c.generated.to_dict() for c in lists],
             "tokens": usage}
 
 
@@ -294,7 +313,8 @@ def _figures(ctx: RunContext, records: Mapping[str, dict]) -> None:
 RUNNER = Runner(name="promptshift", config_cls=PromptShiftConfig, description=__doc__.split("\n\n")[0],
                 unit_fn=generate_user_lists, plan=_plan, report=_report, figures=_figures, check=_check,
                 prepare=_prepare, identity=_identity, from_identity=_from_identity,
-                extensible=("config.llms",), llm_fields=("llms",), default_out="results/promptshift",
+                extensible=("config.llms",), llm_fields=("llms",), dial_fields=("llms",),
+                default_out="results/promptshift",
                 unit_name="users")
 
 

@@ -87,6 +87,8 @@ class Runner:
     extensible: tuple[str, ...] = ()
     # Config fields holding LLM specs (a string or a tuple of strings), checked before any loading.
     llm_fields: tuple[str, ...] = ()
+    # LLM fields that also take a dial spec (`dial:<lambda>`, a reference generator with no model).
+    dial_fields: tuple[str, ...] = ()
     # Config fields holding text-encoder specs, resolved (not loaded) before any loading.
     encoder_fields: tuple[str, ...] = ()
     # Driver-side hooks: before the first wave (folder open) and after each stored record.

@@ -178,8 +178,8 @@ class DialRecommender(Recommender):
                  encoder: str = "minilm", **options):
         unknown = sorted(set(options) - set(FLAG_OPTIONS))
         if unknown:
-            raise ConfigError(f"unknown dial option(s) {unknown}; options: base, affinity, mix, follow, seed, "
-                              f"encoder, {', '.join(FLAG_OPTIONS)}")
+            raise ConfigError(f"unknown dial option(s) {unknown}; options: base, affinity, mix, follow, "
+                              f"seed, encoder, {', '.join(FLAG_OPTIONS)}")
         super().__init__(dataset, **{k: parse_flag(f"dial option {k}", v) for k, v in options.items()})
         self.lam = check_lambda(lam)
         self.base = _check_option("base", base, BASES)

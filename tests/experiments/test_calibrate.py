@@ -69,7 +69,8 @@ def test_ctrlbench_known_answers_and_the_target_seekers_rise(run, ml100k):
 
 def test_popularity_box_responds_like_lambda_zero(run):
     """The popularity box is the dial's base ranking: --compare places it at lambda = 0."""
-    config, result = run("ctrlbench-compare", methods=("oracle",), dials=(0.0, 0.5, 1.0), compare=("popularity",))
+    config, result = run("ctrlbench-compare", methods=("oracle",), dials=(0.0, 0.5, 1.0),
+                         compare=("popularity",))
     obs = observations(result["records"])
     assert obs[("oracle", "popularity")]["coverage"] == obs[("oracle", config.dial_box(0))]["coverage"]
     row = next(line for line in result["tables"].splitlines() if line.startswith("| popularity"))
@@ -201,3 +202,21 @@ def test_the_smallest_llms_probes_have_a_finite_resolution(tmp_path, monkeypatch
     assert all(r["values"]["exposure"] == r["known"]["exposure"] for r in zero)
     decisions = sum(r["details"]["decisions"] for r in result["records"].values())
     assert decisions == 3 * 2 * 4  # seeds x lambdas x rounds, one probe (K_small = 1)
+
+
+def test_promptshift_runs_its_tables_on_the_dial_generator_without_a_model(tmp_path, monkeypatch):
+    import ctrlsim.backends.resolve as resolve
+    from ctrlsim.experiments.cli import main
+
+    monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(resolve, "resolve_llm", lambda *a, **k: pytest.fail("a model was loaded"))
+    out = tmp_path / "ps"
+    assert main(["promptshift", "--llms", "dial:0,dial:1", "--users", "2", "--scenarios", "gender",
+                 "--out", str(out), "--figures", "false"]) == 0
+    table4 = (out / "tables.md").read_text().split("Table 4")[1]
+    row = next(line for line in table4.splitlines() if "| dial:0 " in line)
+    assert row.count("| 0.0000 ") == 4  # Paraphrase Drift, Cue Drift, delta d, SliceShift
+    cue_drift = float(next(line for line in table4.splitlines() if "| dial:1 " in line).split("|")[4])
+    assert cue_drift > 0.9
+    # an LLM field that takes no dial spec refuses one before anything loads
+    assert main(["ctrlbench", "--llm", "dial:0.5", "--methods", "base-small", "--out", str(tmp_path / "c")]) == 2
