@@ -100,7 +100,6 @@ class UnitsFailed(CtrlsimError, RuntimeError):
 def check_model_fields(runner: Runner, config: Any, resources: Mapping[str, Any]) -> None:
     """Every LLM and encoder spec the config names can be loaded in principle (nothing loads here)."""
     from ctrlsim.backends.spec_check import check_llm_spec
-
     from ctrlsim.recommenders.dial import is_dial
 
     for name in runner.llm_fields:

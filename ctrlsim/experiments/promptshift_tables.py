@@ -40,8 +40,8 @@ from ctrlsim.experiments.promptshift_report import figures, format_tables, macro
 from ctrlsim.experiments.runfolder import software_versions
 from ctrlsim.experiments.runner import RunContext, Runner
 from ctrlsim.experiments.units import cached_llm, provide_llm
-from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
 from ctrlsim.recommenders.dial import is_dial
+from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
 from ctrlsim.recommenders.promptshift.defaults import (
     AUTO,
     HISTORY_LEN,
