@@ -219,4 +219,5 @@ def test_promptshift_runs_its_tables_on_the_dial_generator_without_a_model(tmp_p
     cue_drift = float(next(line for line in table4.splitlines() if "| dial:1 " in line).split("|")[4])
     assert cue_drift > 0.9
     # an LLM field that takes no dial spec refuses one before anything loads
-    assert main(["ctrlbench", "--llm", "dial:0.5", "--methods", "base-small", "--out", str(tmp_path / "c")]) == 2
+    refused = ["ctrlbench", "--llm", "dial:0.5", "--methods", "base-small", "--out", str(tmp_path / "c")]
+    assert main(refused) == 2
