@@ -36,7 +36,7 @@ from typing import Any
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.calibrate_units import PROTOCOL_CONFIG, check_data, run_unit, unit_key
 from ctrlsim.experiments.config import check_choice, check_range, config_to_dict
-from ctrlsim.experiments.runner import Runner
+from ctrlsim.experiments.runner import ProgressPayload, Runner, payload_with_progress
 
 DEFAULT_OUT = "results/calibrate"
 PROTOCOLS = ("ctrlbench", "steereval", "promptshift")
@@ -207,18 +207,8 @@ def protocol_config(config: CalibrateConfig, method: str, box: str, seed: int):
 
 # ----------------------------------------------------------------------------- the runner
 
-@dataclass(frozen=True)
-class CalibrateUnit:
-    config: CalibrateConfig
-    show_progress: bool
-
-
-def calibrate_unit(unit: CalibrateUnit, key: str) -> dict:
+def calibrate_unit(unit: ProgressPayload, key: str) -> dict:
     return run_unit(unit.config, key, show_progress=unit.show_progress)
-
-
-def _payload(ctx) -> CalibrateUnit:
-    return CalibrateUnit(ctx.config, ctx.show_progress and ctx.options.executor == "local")
 
 
 def _check(ctx) -> None:
@@ -246,7 +236,7 @@ def _identity(ctx) -> dict:
 
 
 RUNNER = Runner(name="calibrate", config_cls=CalibrateConfig, description=__doc__, unit_fn=calibrate_unit,
-                payload=_payload, plan=_plan, report=_report, figures=_figures, check=_check,
+                payload=payload_with_progress, plan=_plan, report=_report, figures=_figures, check=_check,
                 identity=_identity, extensible=("methods", "dials", "seeds", "compare"),
                 llm_fields=("llm",), default_out=DEFAULT_OUT, unit_name="units")
 

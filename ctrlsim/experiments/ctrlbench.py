@@ -39,7 +39,7 @@ from ctrlsim.experiments.ctrlbench_inputs import (  # noqa: F401 - part of this 
     target_items,
     target_tags,
 )
-from ctrlsim.experiments.runner import Runner
+from ctrlsim.experiments.runner import ProgressPayload, Runner, payload_with_progress
 
 DEFAULT_OUT = "results/ctrlbench"
 ROSTER_METHOD = "roster"
@@ -317,21 +317,8 @@ def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True
 
 # ----------------------------------------------------------------------------- the runner
 
-@dataclass(frozen=True)
-class EpisodeUnit:
-    """What every episode unit gets: the config, and whether to draw its progress bars (only in
-    the driver's own process, and only when the run shows progress)."""
-
-    config: CtrlBenchConfig
-    show_progress: bool
-
-
-def episode_unit(unit: EpisodeUnit, key: str) -> dict:
+def episode_unit(unit: ProgressPayload, key: str) -> dict:
     return run_episode(unit.config, key, show_progress=unit.show_progress)
-
-
-def _payload(ctx) -> EpisodeUnit:
-    return EpisodeUnit(ctx.config, ctx.show_progress and ctx.options.executor == "local")
 
 
 def _check(ctx) -> None:
@@ -381,7 +368,7 @@ def _figures(ctx, records) -> None:
 
 
 RUNNER = Runner(name="ctrlbench", config_cls=CtrlBenchConfig, description=__doc__, unit_fn=episode_unit,
-                payload=_payload, plan=_plan, report=_report, figures=_figures, check=_check,
+                payload=payload_with_progress, plan=_plan, report=_report, figures=_figures, check=_check,
                 identity=_identity,
                 from_identity=_from_identity, on_stored=_on_stored,
                 extensible=("methods", "recommenders", "targets", "seeds"),

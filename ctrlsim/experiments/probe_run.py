@@ -30,7 +30,7 @@ from ctrlsim.envs.registration import check_plain_data
 from ctrlsim.envs.tasks import TASKS
 from ctrlsim.errors import PROBE_FAILURES, ConfigError
 from ctrlsim.experiments.config import RunOptions, check_choice, check_range, config_to_dict
-from ctrlsim.experiments.runner import Runner
+from ctrlsim.experiments.runner import ProgressPayload, Runner, payload_with_progress
 
 # Slate sizes of the CtrlBench-Rec reference runs: 20 for NARM, 3 for the others.
 PAPER_SLATE_SIZE = {"narm": 20}
@@ -300,17 +300,7 @@ def _figures(ctx, records) -> None:
     ctx.folder.save_figure(fig, "coverage")
 
 
-def _payload(ctx):
-    return _RunUnit(ctx.config, ctx.show_progress and ctx.options.executor == "local")
-
-
-@dataclass(frozen=True)
-class _RunUnit:
-    config: ProbeRunConfig
-    show_progress: bool
-
-
-def probe_unit(unit: _RunUnit, key: str) -> dict:
+def probe_unit(unit: ProgressPayload, key: str) -> dict:
     """The executor's unit: `run_unit` with progress bars when it runs in the driver's process."""
     return run_unit(unit.config, key, show_progress=unit.show_progress)
 
@@ -326,7 +316,7 @@ def _from_identity(identity) -> ProbeRunConfig:
 
 
 RUNNER = Runner(name="probe", config_cls=ProbeRunConfig, description=__doc__, unit_fn=probe_unit,
-                plan=_plan, report=_report, figures=_figures, check=_check, payload=_payload,
+                plan=_plan, report=_report, figures=_figures, check=_check, payload=payload_with_progress,
                 identity=_identity, from_identity=_from_identity, default_out="results/probe")
 
 

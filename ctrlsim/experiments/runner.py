@@ -61,6 +61,19 @@ def _payload_is_config(ctx: RunContext) -> Any:
     return ctx.config
 
 
+@dataclass(frozen=True)
+class ProgressPayload:
+    """A unit's payload for runners whose units draw progress bars: the config, and whether to draw
+    them (only in the driver's own process, and only when the run shows progress)."""
+
+    config: Any
+    show_progress: bool
+
+
+def payload_with_progress(ctx: RunContext) -> ProgressPayload:
+    return ProgressPayload(ctx.config, ctx.show_progress and ctx.options.executor == "local")
+
+
 def _no_check(ctx: RunContext) -> None:
     return None
 

@@ -129,6 +129,30 @@ def parse_flag(name: str, value: object) -> bool:
 FLAG_OPTIONS = ("exclude_history", "mask_shown")
 
 
+def parse_seed(name: str, value: object) -> int:
+    """A seed option given as a non-negative integer or its digits (as spec options are)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    raise ConfigError(f"{name}={value!r} is not an integer >= 0")
+
+
+def base_ranking(dataset: Dataset, base: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(catalogue indices best first, each item's position) of a base ranking that ignores the user:
+    `popularity` (distinct users per item, ties in catalogue order) or `random` (seeded)."""
+    _check_option("base", base, BASES)
+    n = len(dataset.items)
+    if base == "popularity":
+        pop = dataset.items["popularity"].to_numpy(dtype=np.float64)
+        order = np.lexsort((np.arange(n), -pop))
+    else:
+        order = derive_rng(seed, "dial-base").permutation(n)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    return order, rank
+
+
 # The options each dial kind takes, and their allowed values (None: any value of the right type).
 DIAL_OPTIONS: dict[str, dict[str, Sequence[str] | None]] = {
     "dial": {"base": BASES, "affinity": AFFINITIES, "mix": MIXES, "follow": FOLLOWS, "seed": None,
@@ -149,8 +173,8 @@ def check_dial_spec(spec: str) -> DialSpec:
             _check_option(key, value, choices)
         elif key in FLAG_OPTIONS:
             parse_flag(f"{spec!r}: option {key}", value)
-        elif key == "seed" and not (value.isdigit()):
-            raise ConfigError(f"{spec!r}: option seed={value!r} is not a non-negative integer")
+        elif key == "seed":
+            parse_seed(f"{spec!r}: option seed", value)
     return parsed
 
 
@@ -186,22 +210,10 @@ class DialRecommender(Recommender):
         self.affinity = _check_option("affinity", affinity, AFFINITIES)
         self.mix = _check_option("mix", mix, MIXES)
         self.follow = _check_option("follow", follow, FOLLOWS)
-        try:
-            self.seed = int(seed)
-        except (TypeError, ValueError):
-            raise ConfigError(f"dial option seed={seed!r} is not an integer") from None
-        if self.seed < 0:
-            raise ConfigError(f"dial option seed={seed!r} must be >= 0")
+        self.seed = parse_seed("dial option seed", seed)
         self.encoder_spec = encoder
-        n = len(dataset.items)
-        if self.base == "popularity":
-            pop = dataset.items["popularity"].to_numpy(dtype=np.float64)
-            self.base_order = np.lexsort((np.arange(n), -pop))
-        else:
-            self.base_order = derive_rng(self.seed, "dial-base").permutation(n)
         # An item's position in the base ranking breaks affinity ties (earlier = better).
-        self.base_rank = np.empty(n, dtype=np.int64)
-        self.base_rank[self.base_order] = np.arange(n)
+        self.base_order, self.base_rank = base_ranking(dataset, self.base, self.seed)
         self._item_vectors: np.ndarray | None = None
 
     @property

@@ -81,8 +81,15 @@ import pandas as pd
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError, EmptyHistoryError
 from ctrlsim.recommenders.base import Recommender, UserState
-from ctrlsim.recommenders.dial import BASES, FLAG_OPTIONS, check_lambda, parse_flag, rank_scale
-from ctrlsim.seeding import derive_rng
+from ctrlsim.recommenders.dial import (
+    BASES,
+    FLAG_OPTIONS,
+    base_ranking,
+    check_lambda,
+    parse_flag,
+    parse_seed,
+    rank_scale,
+)
 
 NON_TAGS = frozenset({"unknown"})  # the same as ctrlsim.recommenders.steereval.NON_TAGS
 NEGATION_CUES = ("not", "no", "don't", "doesn't", "dont", "doesnt", "never", "less", "avoid", "without",
@@ -143,14 +150,6 @@ def _flag(name: str, value: object) -> bool:
     return parse_flag(f"dial-profile option {name}", value)
 
 
-def _seed(value: object) -> int:
-    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
-        return int(value)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
-        return int(value)
-    raise ConfigError(f"dial-profile option seed={value!r} is not an integer >= 0")
-
-
 def _lambda(value: object) -> float:
     if isinstance(value, str):
         try:
@@ -176,15 +175,9 @@ class DialProfileRanker(Recommender):
         if base not in BASES:
             raise ConfigError(f"dial-profile option base={base!r}; choose from {list(BASES)}")
         self.base = base
-        self.seed = _seed(seed)
+        self.seed = parse_seed("dial-profile option seed", seed)
         n = len(dataset.items)
-        if self.base == "popularity":
-            pop = dataset.items["popularity"].to_numpy(dtype=np.float64)
-            self.base_order = np.lexsort((np.arange(n), -pop))
-        else:
-            self.base_order = derive_rng(self.seed, "dial-base").permutation(n)
-        self.base_rank = np.empty(n, dtype=np.int64)
-        self.base_rank[self.base_order] = np.arange(n)
+        self.base_order, self.base_rank = base_ranking(dataset, base, self.seed)
         self.reader_tags = [t for t in dataset.tags if t not in NON_TAGS]
         self._patterns = [(t, p) for t in self.reader_tags if (p := tag_pattern(t)) is not None]
         column = {t: c for c, t in enumerate(self.reader_tags)}
