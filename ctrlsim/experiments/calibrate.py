@@ -84,8 +84,9 @@ class CalibrateConfig:
         "(ctrlbench) K_large,K_small; one probe by default, so the target-seeking reference measures the "
         "box, not the diversity of identical probes (docs/calibration.md)"))
     rounds: int = field(default=4, metadata=_help("(ctrlbench) interaction rounds per episode"))
-    slate_size: int | None = field(default=None, metadata=_help(
-        "(ctrlbench) items per slate (default: ctrlbench's, 3 for most boxes)"))
+    slate_size: int = field(default=3, metadata=_help(
+        "(ctrlbench) items per slate, the same for every box: a compared box is on the dial's scale only "
+        "at the dial's slate size (ctrlbench itself gives narm 20)"))
     tags: tuple[str, ...] = field(default=("Action", "Comedy", "Romance", "Thriller"), metadata=_help(
         "(steereval) tags to steer"))
     users: int = field(default=5, metadata=_help(

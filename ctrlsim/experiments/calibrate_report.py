@@ -10,7 +10,7 @@ Every statistic pairs observations by id (the same episode, scenario or user at 
   d such that every pair of grid points d apart is told apart;
 * a compared box's matched lambda is where the calibration curve (means made non-decreasing,
   linear between grid points) reaches the box's mean; its interval is every lambda whose 95% band
-  overlaps the box's 95% interval.
+  overlaps the box's 95% interval. A method whose curve is not resolved gives no scale.
 """
 from __future__ import annotations
 
@@ -229,7 +229,10 @@ def compare_table(config, obs) -> str:
             box_est = _estimate(obs[(method, box)][metric])
             by_lambda = curve(config, obs, method, metric)
             grid = [lam for lam in config.grid if lam in by_lambda]
-            text, _ = match_lambda(grid, [_estimate(by_lambda[lam]) for lam in grid], box_est)
+            if resolution(by_lambda).value is None:  # a flat or unresolved curve is no scale
+                text = "no scale: the method does not resolve the dial"
+            else:
+                text, _ = match_lambda(grid, [_estimate(by_lambda[lam]) for lam in grid], box_est)
             digits = 2 if metric in ("coverage", "exposure") else 4
             rows.append([box, method, _cell(box_est, digits), text])
     return github_table(rows, ["Box", "Method", _label(metric), "Responds like lambda [95% interval]"])
