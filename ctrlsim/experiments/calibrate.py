@@ -173,8 +173,13 @@ class CalibrateConfig:
 
                 if not is_dial(box):
                     raise ConfigError(f"compare: steereval compares its rankers {STEEREVAL_COMPARE} or a "
-                                      "dial "
-                                      f"spec, not {box!r}")
+                                      f"dial spec, not {box!r}")
+            elif self.protocol == "promptshift":
+                from ctrlsim.backends.spec_check import check_llm_spec
+                from ctrlsim.recommenders.dial import is_dial
+
+                if not is_dial(box):  # an LLM list generator: checked now, not in every unit
+                    check_llm_spec(box, name="compare")
 
     # ------------------------------------------------------------------ derived
     @property

@@ -137,6 +137,13 @@ def test_bad_input_is_a_config_error_before_any_model_loads(kwargs, word, monkey
         CalibrateConfig(**kwargs)
 
 
+def test_an_unknown_llm_to_compare_is_refused_up_front():
+    from ctrlsim.errors import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError, match="compare: 'no-such-model'"):
+        CalibrateConfig(protocol="promptshift", compare=("no-such-model",))
+
+
 # ----------------------------------------------------------------------------- the statistics
 
 def test_spearman_ci_matches_scipy_and_resamples_whole_clusters():

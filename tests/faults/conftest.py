@@ -2,7 +2,7 @@
 
 Every test here asserts either the typed error class and that its message names the offending value
 or file, or that results are identical to an uninterrupted run. Kinds covered, counted per file
-(one kind = one distinct bad input or fault that is tried): 163 in all.
+(one kind = one distinct bad input or fault that is tried): 174 in all.
 
 test_data_faults.py (36): bad numbers in every loader (22: timestamps out of range or infinite,
   ratings NaN/infinite/above the scale/not whole, years not whole or out of range, ages negative or
@@ -28,13 +28,14 @@ test_store_faults.py (11): a second writer in the same process and in another pr
   released by SIGKILL) (2); a duplicate key from a foreign writer; a line torn by a kill; a header
   that is a list; a line without `key`; a non-JSON line mid-file; a binary file; a folder where the
   file belongs; another config on the same file; a run folder that is a file (9).
-test_cli_faults.py (64), for each of the five runners (probe, steereval, promptshift, ctrlbench,
-  evolve), exit code 2 naming the value and no LLM/torch/encoder module imported: a negative seed
-  (5); negative or zero counts and out-of-range numbers (21); text where a number belongs (2);
-  unknown names of boxes, tasks, targets, tags, conditions, scenarios, methods, rules (15);
-  repeated list values (10); `--out` under a file and in an unwritable folder (10); two runs on one
-  folder at once, the second refused naming the holder's pid (1).
-test_runner_resume.py (6): SIGKILL after the first record, then a rerun, for each runner (5);
+test_cli_faults.py (74), for each of the six runners (probe, steereval, promptshift, ctrlbench,
+  evolve, calibrate), exit code 2 naming the value and no LLM/torch/encoder module imported: a
+  negative seed (6); negative or zero counts and out-of-range numbers, a lambda outside [0, 1]
+  among them (24); text where a number belongs (2); unknown names of boxes, tasks, targets, tags,
+  conditions, scenarios, methods, protocols, rules (17); repeated list values, a repeated lambda
+  among them (12); `--out` under a file and in an unwritable folder (12); two runs on one folder at
+  once, the second refused naming the holder's pid (1).
+test_runner_resume.py (7): SIGKILL after the first record, then a rerun, for each runner (6);
   records equal an uninterrupted run's (wall-clock fields named per runner), no key written twice;
   a unit that failed because its LLM was missing is retried once the model is there (1).
 

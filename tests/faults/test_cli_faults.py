@@ -36,8 +36,9 @@ BASE = {
     "evolve": ["--agents", "2", "--merges", "1", "--rounds-per-merge", "1", "--eval-rounds", "1",
                "--llm", "smollm2-135m", "--recommender", "popularity", "--debate-max-tokens", "16",
                "--merge-max-tokens", "64"],
+    "calibrate": ["--methods", "random", "--dials", "0,1", "--seeds", "0", "--rounds", "1"],
 }
-SEED_FLAG = {"ctrlbench": "--seeds"}
+SEED_FLAG = {"ctrlbench": "--seeds", "calibrate": "--seeds"}
 
 # (kind, runner, flags, texts the error message must contain: the field and the offending value)
 VALUE_CASES = [
@@ -64,6 +65,9 @@ VALUE_CASES = [
     ("negative or zero count", "evolve", ["--merges", "-1"], ["merges", "-1"]),
     ("negative or zero count", "evolve", ["--eval-rounds", "-1"], ["eval_rounds", "-1"]),
     ("negative or zero count", "evolve", ["--slate-size", "0"], ["slate_size", "0"]),
+    ("negative or zero count", "calibrate", ["--rounds", "0"], ["rounds", "0"]),
+    ("negative or zero count", "calibrate", ["--users", "0"], ["users", "0"]),
+    ("number out of range", "calibrate", ["--dials", "0,1.5"], ["dials", "1.5"]),
     ("text where a number belongs", "probe", ["--agents", "many"], ["--agents", "many"]),
     ("text where a number belongs", "promptshift", ["--users", "1.5"], ["--users", "1.5"]),
     ("unknown name", "probe", ["--recommender", "bogus-box"], ["bogus-box"]),
@@ -81,6 +85,8 @@ VALUE_CASES = [
     ("unknown name", "evolve", ["--target", "Bogus-Genre"], ["Bogus-Genre"]),
     ("unknown name", "evolve", ["--k-rule", "bogus-rule"], ["bogus-rule"]),
     ("unknown name", "evolve", ["--fusion", "bogus-fusion"], ["bogus-fusion"]),
+    ("unknown name", "calibrate", ["--methods", "random,bogus-method"], ["bogus-method"]),
+    ("unknown name", "calibrate", ["--protocol", "bogus-protocol"], ["protocol", "bogus-protocol"]),
     ("repeated list value", "probe", ["--checkpoints", "2,2"], ["checkpoints", "2, 2"]),
     ("repeated list value", "steereval", ["--conditions", "default,default"], ["conditions", "default"]),
     ("repeated list value", "steereval", ["--tags", "Horror,Horror"], ["tags", "Horror"]),
@@ -92,6 +98,8 @@ VALUE_CASES = [
      ["recommenders", "popularity"]),
     ("repeated list value", "ctrlbench", ["--seeds", "0,0"], ["seeds", "0"]),
     ("repeated list value", "evolve", ["--target", "Film-Noir,Film-Noir"], ["target", "Film-Noir"]),
+    ("repeated list value", "calibrate", ["--dials", "0,0"], ["dials", "0"]),
+    ("repeated list value", "calibrate", ["--seeds", "0,0"], ["seeds", "0"]),
 ]
 KINDS_EVERY_RUNNER_HAS = ("negative seed", "negative or zero count", "unknown name", "repeated list value")
 OUT_CASES = [(r, kind) for r in BASE for kind in ("under-a-file", "unwritable")]

@@ -66,6 +66,10 @@ CASES = {
                                     "--eval-rounds", "1", "--llm", "smollm2-135m", "--recommender",
                                     "popularity", "--debate-max-tokens", "16", "--merge-max-tokens", "64"),
                          keys=8, timing=("seconds", "cpu_seconds"), kill_when="phases"),
+    # units: random on dial:0 (no LLM, first), then base-small on it: the kill lands in the LLM unit
+    "calibrate": RunnerCase("calibrate", ("--methods", "random,base-small", "--dials", "0,1", "--seeds", "0",
+                                          "--rounds", "1", "--llm", "smollm2-135m"), keys=4,
+                            timing=("timing",)),
 }
 # Why these are slow (more than ~30 s each on a loaded 2-core machine, three runs each):
 # promptshift's smallest run generates 10 lists and selects thresholds on validation (~50 s a run);
