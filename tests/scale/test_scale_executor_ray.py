@@ -161,6 +161,24 @@ def test_probe_runner_gives_the_same_records_with_both_executors(ray_cluster, tm
     assert ray.is_initialized()  # the executor reused the test's cluster and left it running
 
 
+def test_calibration_gives_the_same_records_with_both_executors(ray_cluster, tmp_path, monkeypatch):
+    """Dial boxes on Ray workers: the ctrlbench and SteerEval calibrations' observations match local."""
+    from ctrlsim.experiments.calibrate import CalibrateConfig, run_calibrate
+    from ctrlsim.experiments.config import RunOptions
+
+    monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
+    for protocol, extra in (("ctrlbench", {}), ("steereval", {"tags": ("Comedy",), "users": 1})):
+        config = CalibrateConfig(protocol=protocol, dials=(0.0, 1.0), seeds=(0,), **extra)
+        local = run_calibrate(config, RunOptions(out=str(tmp_path / f"{protocol}-local"), figures=False),
+                              show_progress=False)
+        on_ray = run_calibrate(config, RunOptions(out=str(tmp_path / f"{protocol}-ray"), executor="ray",
+                                                  figures=False), show_progress=False)
+        assert not local["failed"] and not on_ray["failed"]
+        strip = {key: {k: v for k, v in r.items() if k != "timing"} for key, r in local["records"].items()}
+        assert {key: {k: v for k, v in r.items() if k != "timing"}
+                for key, r in on_ray["records"].items()} == strip
+
+
 def test_a_run_started_locally_resumes_on_ray_without_recomputing(ray_cluster, tmp_path, ml100k):
     import json
 
