@@ -141,7 +141,10 @@ class OpenAICompatLLM(LLM):
     # ----------------------------------------------------------- identity
     @property
     def base_url(self) -> str:
-        return ",".join(r.url for r in self._replicas)
+        """The server URL(s) as identities and messages show them: credentials cut out."""
+        from ctrlsim.redact import redact_secrets
+
+        return redact_secrets(",".join(r.url for r in self._replicas))
 
     @property
     def identity(self) -> dict:

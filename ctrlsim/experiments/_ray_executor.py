@@ -175,7 +175,10 @@ class RayExecutor:
         try:
             return self._ray.get(ref)
         except unit_failures as exc:
-            logger.warning("unit %r failed on Ray after %d retries: %s", key, self.max_retries, exc)
+            from ctrlsim.redact import redact_secrets
+
+            logger.warning("unit %r failed on Ray after %d retries: %s", key, self.max_retries,
+                           redact_secrets(str(exc)))
             return failure_record(exc)
         except errors.RayError as exc:
             raise ExecutorError(f"Ray could not run unit {key!r}: {exc}\nEvery worker needs ctrlsim and the "

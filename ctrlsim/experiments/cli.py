@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except CtrlsimError as exc:
-        print(f"ctrlsim: error: {exc}", file=sys.stderr)
+        from ctrlsim.redact import redact_secrets
+
+        print(f"ctrlsim: error: {redact_secrets(str(exc))}", file=sys.stderr)
         return 2
 
 

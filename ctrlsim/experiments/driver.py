@@ -79,6 +79,8 @@ class RunResult:
 
 def failure_summary(result: RunResult) -> str:
     """A few lines: how many units failed, which, and why (the first `FAILURES_SHOWN`)."""
+    from ctrlsim.redact import redact_secrets
+
     lines = [f"{len(result.failed)} of {result.planned} {result.protocol} unit(s) failed and were not "
              f"stored; {len(result.records_by_key)} finished unit(s) are in {result.out}. "
              "Rerun the same command to retry the failed ones:"]
@@ -86,7 +88,7 @@ def failure_summary(result: RunResult) -> str:
         lines.append(f"  {key}: {error}")
     if len(result.failed) > FAILURES_SHOWN:
         lines.append(f"  ... and {len(result.failed) - FAILURES_SHOWN} more")
-    return "\n".join(lines)
+    return redact_secrets("\n".join(lines))
 
 
 class UnitsFailed(CtrlsimError, RuntimeError):

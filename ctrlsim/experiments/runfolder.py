@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctrlsim.atomic import atomic_write_bytes, atomic_write_text
 from ctrlsim.errors import ConfigError
+from ctrlsim.redact import redact_secrets
 
 from .store import ResultStore, _jsonable
 
@@ -64,7 +65,8 @@ class RunFolder:
         return self.path / name
 
     def write_text(self, name: str, text: str) -> Path:
-        return atomic_write_text(self.path / name, text)
+        """Write an artefact atomically, with any credentials cut out (`ctrlsim.redact`)."""
+        return atomic_write_text(self.path / name, redact_secrets(text))
 
     def write_json(self, name: str, obj: Any) -> Path:
         return self.write_text(name, json.dumps(obj, indent=2, default=_jsonable) + "\n")

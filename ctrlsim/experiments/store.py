@@ -27,6 +27,7 @@ from typing import Any, Iterator
 from ctrlsim.atomic import atomic_write_text
 from ctrlsim.errors import ConfigError, DataFileError, RunLockedError
 from ctrlsim.experiments.units import is_failure
+from ctrlsim.redact import redact_secrets
 
 REPAIR_MARKER = {"repair": "the line above was cut short by an interruption and is ignored"}
 
@@ -45,7 +46,8 @@ class ResultStore:
     def __init__(self, path: str | Path, config: dict, *, overwrite: bool = False,
                  extensible: tuple[str, ...] = ()):
         self.path = Path(path)
-        self.config = json.loads(json.dumps(config, default=_jsonable))  # normalise (tuples -> lists)
+        # Normalised (tuples -> lists) and with credentials cut out, as it is stored: a resume compares equal.
+        self.config = json.loads(redact_secrets(json.dumps(config, default=_jsonable)))
         self.extensible = tuple(extensible)
         if self.path.is_dir():
             raise DataFileError(self.path, "is a folder, expected a JSON-lines result file")
@@ -59,7 +61,7 @@ class ResultStore:
         if self.path.exists() and self.path.stat().st_size:
             self._load()
         else:
-            atomic_write_text(self.path, json.dumps({"config": self.config}) + "\n")
+            atomic_write_text(self.path, redact_secrets(json.dumps({"config": self.config})) + "\n")
 
     # ------------------------------------------------------------------ reading
 
@@ -133,7 +135,7 @@ class ResultStore:
             if self._needs_repair:
                 fh.write("\n" + json.dumps(REPAIR_MARKER) + "\n")
                 self._needs_repair = False
-            fh.write(json.dumps(row) + "\n")
+            fh.write(redact_secrets(json.dumps(row, default=_jsonable)) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 

@@ -27,7 +27,9 @@ ERROR_MESSAGE_LIMIT = 2000  # a failure record carries the message, not a whole 
 
 def failure_record(exc: BaseException) -> dict:
     """The record of a unit that raised `exc`: `{"failed": True, "error": "<Type>: <msg>"}`."""
-    message = str(exc)
+    from ctrlsim.redact import redact_secrets
+
+    message = redact_secrets(str(exc))
     if len(message) > ERROR_MESSAGE_LIMIT:
         message = message[:ERROR_MESSAGE_LIMIT] + "..."
     return {"failed": True, "error": f"{type(exc).__name__}: {message}"}
@@ -48,7 +50,11 @@ def run_unit(unit_fn: UnitFn, config, key: str) -> dict:
         record = unit_fn(config, key)
     except Exception as exc:  # noqa: BLE001 - a failing unit is recorded, it must not sink the run
         # The traceback goes to the worker's log (Ray forwards worker logs to the driver).
-        logger.warning("unit %r failed", key, exc_info=True)
+        import traceback
+
+        from ctrlsim.redact import redact_secrets
+
+        logger.warning("unit %r failed\n%s", key, redact_secrets(traceback.format_exc()))
         return failure_record(exc)
     if not isinstance(record, dict):
         return failure_record(TypeError(f"unit {key!r}: {getattr(unit_fn, '__name__', unit_fn)} "
