@@ -145,6 +145,12 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                    about={"runner": runner.name}) as folder:
         ctx.folder = folder
         store = folder.store
+        if folder.previous is not None and show_progress:
+            print(f"--overwrite: the previous contents of {out} are now in {folder.previous}",
+                  file=sys.stderr)
+        if runner.on_stored is not None:  # artefacts written after their records: rebuilt on resume
+            for key, record in store.records():
+                runner.on_stored(ctx, key, record)
         # The tables cover everything in the folder: after an extension, the union config.
         report_ctx = ctx if folder.config == identity else replace(
             ctx, config=runner.config_from_identity(folder.config))

@@ -43,36 +43,80 @@ def new_figure(figsize: tuple[float, float], nrows: int = 1, ncols: int = 1, *,
     return fig, fig.subplots(nrows, ncols, squeeze=squeeze)
 
 
+RECORDS, LOCK = "records.jsonl", "records.jsonl.lock"
+
+
 class RunFolder:
-    """A run's output folder; holds the records' writer lock until `close()`."""
+    """A run's output folder; holds the records' writer lock until `close()`.
+
+    The folder is the run's own: an existing non-empty folder without `records.jsonl` (not a run
+    folder) is refused unless `overwrite`; with `overwrite` everything in it (records, config,
+    tables, figures, rosters, artefacts) moves, under the lock, into one new folder beside it
+    (`<out>.previous-<time>`, `-2`, ... never over an earlier one: `previous` says where); and
+    nothing is written through a symbolic link inside it."""
 
     def __init__(self, out: str | Path, config: dict, *, overwrite: bool = False,
                  extensible: tuple[str, ...] = (), about: dict | None = None):
         self.path = Path(out)
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"output {str(self.path)!r} is a file, not a folder")
+        if not overwrite and self.path.is_dir() and not (self.path / RECORDS).exists() \
+                and any(p.name != LOCK for p in self.path.iterdir()):
+            raise ConfigError(f"output {str(self.path)!r} is a folder with other files in it, not a ctrlsim "
+                              "run folder (it has no records.jsonl); choose another --out, or pass "
+                              "--overwrite to move its contents into a new folder beside it")
         self.path.mkdir(parents=True, exist_ok=True)
-        self.store = ResultStore(self.path / "records.jsonl", config, overwrite=overwrite,
-                                 extensible=extensible)  # the store normalises the config
+        self.previous: Path | None = None
+        self.store = ResultStore(self.path / RECORDS, config, extensible=extensible,
+                                 on_locked=self._move_previous_run if overwrite else None)
+        # the store normalises the config
         self.config = self.store.config  # after an extension: the union of the stored and the asked-for
         # `about`: what else config.json says of the run (the runner's name, open choices).
         self.write_json("config.json", {**(about or {}), "config": self.config,
                                         "software": software_versions()})
 
+    def _move_previous_run(self) -> None:
+        """Move everything but the held lock into a new folder beside this one (called under the lock)."""
+        import time
+
+        from ctrlsim.experiments.store import unique_path
+
+        entries = [p for p in self.path.iterdir() if p.name != LOCK]
+        if not entries:
+            return
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = unique_path(self.path.with_name(f"{self.path.name}.previous-{stamp}"))
+        backup.mkdir()
+        for entry in entries:
+            entry.rename(backup / entry.name)
+        self.previous = backup
+
     # ------------------------------------------------------------------ artefacts
 
     def file(self, name: str) -> Path:
-        return self.path / name
+        """The path of artefact `name` inside the folder; no part of it may be a symbolic link."""
+        relative = Path(name)
+        if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+            raise ConfigError(f"artefact name {name!r} must be a relative path inside the run folder")
+        path = self.path
+        for part in relative.parts:
+            path = path / part
+            if path.is_symlink():
+                from ctrlsim.errors import DataFileError
+
+                raise DataFileError(path, "is a symbolic link; ctrlsim writes nothing through a link out "
+                                          "of the run folder (remove the link)")
+        return path
 
     def write_text(self, name: str, text: str) -> Path:
         """Write an artefact atomically, with any credentials cut out (`ctrlsim.redact`)."""
-        return atomic_write_text(self.path / name, redact_secrets(text))
+        return atomic_write_text(self.file(name), redact_secrets(text))
 
     def write_json(self, name: str, obj: Any) -> Path:
         return self.write_text(name, json.dumps(obj, indent=2, default=_jsonable) + "\n")
 
     def read_json(self, name: str, default: Any = None) -> Any:
-        path = self.path / name
+        path = self.file(name)
         if not path.exists():
             return default
         try:
@@ -87,8 +131,8 @@ class RunFolder:
 
     def figure_path(self, name: str) -> Path:
         """Where figure `name` goes (`figures/<name>.png`); write it via `save_figure` to stay atomic."""
-        (self.path / "figures").mkdir(exist_ok=True)
-        return self.path / "figures" / (name if name.endswith(".png") else f"{name}.png")
+        self.file("figures").mkdir(exist_ok=True)
+        return self.file(f"figures/{name if name.endswith('.png') else f'{name}.png'}")
 
     def save_figure(self, fig, name: str) -> Path:
         """Save a matplotlib figure atomically as `figures/<name>.png`.

@@ -22,7 +22,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ctrlsim.atomic import atomic_write_text
 from ctrlsim.errors import ConfigError, DataFileError, RunLockedError
@@ -44,20 +44,26 @@ class ResultStore:
     """
 
     def __init__(self, path: str | Path, config: dict, *, overwrite: bool = False,
-                 extensible: tuple[str, ...] = ()):
+                 extensible: tuple[str, ...] = (), on_locked: Callable[[], None] | None = None):
         self.path = Path(path)
         # Normalised (tuples -> lists) and with credentials cut out, as it is stored: a resume compares equal.
         self.config = json.loads(redact_secrets(json.dumps(config, default=_jsonable)))
         self.extensible = tuple(extensible)
         if self.path.is_dir():
             raise DataFileError(self.path, "is a folder, expected a JSON-lines result file")
+        if self.path.is_symlink():
+            raise DataFileError(self.path, "is a symbolic link; a run's records are written only into "
+                                           "its own folder")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fh = _acquire_lock(self.path.with_name(self.path.name + ".lock"))
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._lock_fh = _acquire_lock(self._lock_path)
+        if on_locked is not None:  # the run folder moves a previous run aside, under the lock
+            on_locked()
         self._records: dict[str, dict] = {}
         self._needs_repair = False
         if overwrite and self.path.exists() and self.path.stat().st_size:
-            # Explicitly discarded results are moved aside, never deleted.
-            self.path.rename(self.path.with_name(f"{self.path.name}.{time.strftime('%Y%m%d-%H%M%S')}.bak"))
+            # Explicitly discarded results are moved aside, never deleted, never over an older backup.
+            self.path.rename(unique_path(self.path.with_name(f"{self.path.name}.{_stamp()}"), ".bak"))
         if self.path.exists() and self.path.stat().st_size:
             self._load()
         else:
@@ -126,18 +132,35 @@ class ResultStore:
             raise ConfigError(f"result store {self.path} is closed")
         if key in self._records:
             raise ConfigError(f"result key {key!r} already recorded in {self.path}")
-        record = json.loads(json.dumps(record, default=_jsonable))
+        # What is kept in memory is what is on disk: normalised, credentials cut out.
+        record = json.loads(redact_secrets(json.dumps(record, default=_jsonable)))
         self._append({"key": key, "record": record})
         self._records[key] = record
 
     def _append(self, row: dict) -> None:
-        with open(self.path, "a") as fh:
+        self._check_lock_held()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
             if self._needs_repair:
                 fh.write("\n" + json.dumps(REPAIR_MARKER) + "\n")
                 self._needs_repair = False
             fh.write(redact_secrets(json.dumps(row, default=_jsonable)) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+    def _check_lock_held(self) -> None:
+        """The lock file is still the one this store locked: deleted or replaced, another run may have
+        taken a new lock on this folder, so nothing more is written (a rerun resumes)."""
+        if self._lock_fh is None:
+            raise ConfigError(f"result store {self.path} is closed")
+        try:
+            same = os.path.samestat(os.fstat(self._lock_fh.fileno()), os.lstat(self._lock_path))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise StoreLockedError(f"the lock file {self._lock_path} was deleted or replaced while this run "
+                                   "held it, so another run may be writing this folder; this run stops "
+                                   "without writing (rerun the command to resume)")
 
     def close(self) -> None:
         """Release the writer lock (also released when the process ends)."""
@@ -168,18 +191,48 @@ def _parse_line(line: str):
         return None
 
 
+def _stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def unique_path(stem: Path, suffix: str = "") -> Path:
+    """`stem + suffix`, or `stem-2 + suffix`, `stem-3 + suffix`, ...: the first name not taken."""
+    candidate, n = stem.with_name(stem.name + suffix), 1
+    while candidate.exists() or candidate.is_symlink():
+        n += 1
+        candidate = stem.with_name(f"{stem.name}-{n}{suffix}")
+    return candidate
+
+
 def _acquire_lock(lock_path: Path):
+    """An exclusive `flock` on `lock_path`, opened without following a symbolic link (a planted link
+    would otherwise send the holder's line into its target) and checked to be the file locked."""
     import fcntl
 
-    fh = open(lock_path, "a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.seek(0)
-        holder = fh.read().strip() or "another process"
+    for _ in range(5):
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if lock_path.is_symlink():
+                raise DataFileError(lock_path, "is a symbolic link; a run's lock file must be its own "
+                                               "(remove the link)") from None
+            raise DataFileError(lock_path, f"cannot be opened ({exc.strerror})") from None
+        fh = os.fdopen(fd, "r+", encoding="utf-8")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise StoreLockedError(f"{lock_path.with_suffix('')} is being written by {holder}; "
+                                   f"wait for it to finish or choose another output") from None
+        try:  # the path may have been replaced between open and lock: lock what it names now
+            if os.path.samestat(os.fstat(fh.fileno()), os.lstat(lock_path)):
+                break
+        except FileNotFoundError:
+            pass
         fh.close()
-        raise StoreLockedError(f"{lock_path.with_suffix('')} is being written by {holder}; "
-                               f"wait for it to finish or choose another output") from None
+    else:
+        raise StoreLockedError(f"{lock_path} keeps being replaced while this run takes it")
     fh.seek(0)
     fh.truncate()
     fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
