@@ -15,6 +15,48 @@ from ctrlsim.envs import ProbeSpec
 MAX_INTERESTS = 5
 
 
+def _persona_schema():
+    """The pydantic model of a persona's fields (built on first use: pydantic loads lazily)."""
+    global _SCHEMA
+    if _SCHEMA is None:
+        from pydantic import BaseModel, ConfigDict, Field
+
+        class PersonaFields(BaseModel):
+            model_config = ConfigDict(extra="forbid", strict=True)
+            probe_id: str = Field(min_length=1)
+            name: str
+            bio: str
+            interests: list[str] = Field(default_factory=list)
+            behaviour: list[str | int] = Field(default_factory=list)
+            attributes: dict[str, Any] = Field(default_factory=dict)
+            source: str = "llm"
+            flags: list[str] = Field(default_factory=list)
+
+        _SCHEMA = _Checked(PersonaFields)
+    return _SCHEMA
+
+
+class _Checked:
+    """A pydantic model whose validation errors read as one short `ValueError` naming each field."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def validate_python(self, data, *, strict: bool = True):
+        from pydantic import ValidationError
+
+        try:
+            return self.model.model_validate(data, strict=strict)
+        except ValidationError as exc:
+            # loc parts "str" / "int" name the member of a union, not a field
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'] if p not in ('str', 'int'))}: "
+                                 f"{e['msg']} (got {e.get('input')!r:.60})" for e in exc.errors())
+            raise ValueError(problems) from None
+
+
+_SCHEMA: _Checked | None = None
+
+
 @dataclass(frozen=True)
 class Persona:
     """One probe's static identity.
@@ -55,5 +97,12 @@ class Persona:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Persona":
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        return cls(**known)
+        """A persona from its dict (a roster file, a cache, an artefact), checked field by field.
+
+        A value of the wrong type is a `ValueError` naming the field: `"behaviour": "12"` is not
+        taken for the items "1" and "2", nor a string `interests` for single characters."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a persona is an object, got {type(data).__name__}")
+        known = {k: list(data[k]) if isinstance(data[k], tuple) else data[k]
+                 for k in cls.__dataclass_fields__ if k in data}
+        return cls(**_persona_schema().validate_python(known, strict=True).model_dump(exclude_unset=True))

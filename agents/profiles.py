@@ -57,7 +57,16 @@ class ProfileStore(SqliteStore):
         return json.dumps(value)
 
     def decode(self, stored: str) -> Any:
-        return json.loads(stored)
+        """The stored value, checked: a malformed one raises `ValueError`, so the store deletes it (with a
+        warning) and the persona is written again, instead of failing every episode that uses it."""
+        value = json.loads(stored)
+        if not isinstance(value, dict) or not {"persona", "tokens"} <= set(value):
+            raise ValueError("a cached persona is {\"persona\": {...}, \"tokens\": n}")
+        tokens = value["tokens"]
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"cached persona tokens must be a count, got {tokens!r}")
+        Persona.from_dict(value["persona"])
+        return value
 
 
 @dataclass(frozen=True)

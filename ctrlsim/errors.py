@@ -121,6 +121,11 @@ class CacheCorruptionWarning(UserWarning):
     paths) and a fresh cache started, so its entries are recomputed instead of failing the run."""
 
 
+class DamagedRecordWarning(UserWarning):
+    """A line of a run's records.jsonl is not a complete record (hand-edited or damaged): it is
+    reported by line and its unit runs again; the line itself is left where it is."""
+
+
 class LLMOutputError(ModelError, ValueError):
     """An LLM reply (the model's text) could not be parsed into what the caller needs. A probe
     failure (`PROBE_FAILURES`): the probe skips that round, counted in its record."""

@@ -102,7 +102,7 @@ class ArtefactFolder:
                 raise DataFileError(path, "is missing (the phase that writes it has not finished)")
             return default
         try:
-            return json.loads(path.read_text())
+            return json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DataFileError(path, f"is not valid JSON ({exc})") from None
 

@@ -95,11 +95,11 @@ def _verified(path: Path, model: BundledLLM) -> bool:
     # Markers live in the cache, never inside an installed package.
     marker = cache_dir("models") / f"{path.name}.sha256"
     stamp = f"{model.sha256} {path.stat().st_mtime_ns}"
-    if marker.exists() and marker.read_text() == stamp:
+    if marker.exists() and marker.read_text(encoding="utf-8") == stamp:
         return True
     if _sha256(path) != model.sha256:
         return False
-    marker.write_text(stamp)
+    marker.write_text(stamp, encoding="utf-8")
     return True
 
 

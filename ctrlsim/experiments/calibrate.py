@@ -244,7 +244,8 @@ def _identity(ctx) -> dict:
 RUNNER = Runner(name="calibrate", config_cls=CalibrateConfig, description=__doc__, unit_fn=calibrate_unit,
                 payload=payload_with_progress, plan=_plan, report=_report, figures=_figures, check=_check,
                 identity=_identity, extensible=("methods", "dials", "seeds", "compare"),
-                llm_fields=("llm",), default_out=DEFAULT_OUT, unit_name="units")
+                llm_fields=("llm",), default_out=DEFAULT_OUT, unit_name="units",
+                record_fields=("method", "box", "seed", "values"))
 
 
 def run_calibrate(config: CalibrateConfig, options=None, *, show_progress: bool = True) -> dict[str, Any]:

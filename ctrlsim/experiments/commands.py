@@ -47,7 +47,7 @@ def read_config_file(runner: Runner, path: str | Path) -> dict[str, Any]:
     """The config fields stored in a run's config.json (or a bare JSON object of fields)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"--config {str(path)!r}: cannot read it ({exc.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -373,6 +373,7 @@ RUNNER = Runner(name="ctrlbench", config_cls=CtrlBenchConfig, description=__doc_
                 from_identity=_from_identity, on_stored=_on_stored,
                 extensible=("methods", "recommenders", "targets", "seeds"),
                 llm_fields=("llm", "recommender_llm"), presets=PRESETS, default_out=DEFAULT_OUT,
+                record_fields=("method", "recommender", "target", "seed", "curves", "probes", "personas"),
                 unit_name="episodes")
 
 

@@ -25,7 +25,7 @@ def load_roster(path: str | Path) -> list:
 
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataFileError(path, f"is not a readable JSON roster ({exc})") from None
     if isinstance(data, dict):

@@ -142,7 +142,7 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     failed: dict[str, str] = {}
     ran = 0
     with RunFolder(out, identity, overwrite=options.overwrite, extensible=runner.extensible,
-                   about={"runner": runner.name}) as folder:
+                   about={"runner": runner.name}, record_fields=runner.record_fields) as folder:
         ctx.folder = folder
         store = folder.store
         if folder.previous is not None and show_progress:

@@ -314,6 +314,7 @@ RUNNER = Runner(name="promptshift", config_cls=PromptShiftConfig, description=__
                 unit_fn=generate_user_lists, plan=_plan, report=_report, figures=_figures, check=_check,
                 prepare=_prepare, identity=_identity, from_identity=_from_identity,
                 extensible=("config.llms",), llm_fields=("llms",), dial_fields=("llms",),
+                record_fields=("user", "lists"),
                 default_out="results/promptshift",
                 unit_name="users")
 

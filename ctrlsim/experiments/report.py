@@ -25,7 +25,7 @@ def runner_of(folder: Path) -> Runner:
     """The runner that wrote `folder` (named in its config.json)."""
     path = folder / "config.json"
     try:
-        about = json.loads(path.read_text())
+        about = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{str(folder)!r} is not a run folder (no config.json)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -54,7 +54,7 @@ def rebuild_report(runs: Sequence[str | Path], *, out: str | Path | None = None,
     config: dict | None = None
     records: dict[str, dict] = {}
     for folder in folders:
-        stored, found = read_run_records(folder / "records.jsonl")
+        stored, found = read_run_records(folder / "records.jsonl", runner.record_fields)
         where = f"{folder} (merged with the runs before it)"
         config = stored if config is None else extend_config(config, stored, runner.extensible, where=where)
         for key, record in found.items():

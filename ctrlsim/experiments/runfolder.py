@@ -56,7 +56,8 @@ class RunFolder:
     nothing is written through a symbolic link inside it."""
 
     def __init__(self, out: str | Path, config: dict, *, overwrite: bool = False,
-                 extensible: tuple[str, ...] = (), about: dict | None = None):
+                 extensible: tuple[str, ...] = (), about: dict | None = None,
+                 record_fields: tuple[str, ...] = ()):
         self.path = Path(out)
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"output {str(self.path)!r} is a file, not a folder")
@@ -68,7 +69,8 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         self.previous: Path | None = None
         self.store = ResultStore(self.path / RECORDS, config, extensible=extensible,
-                                 on_locked=self._move_previous_run if overwrite else None)
+                                 on_locked=self._move_previous_run if overwrite else None,
+                                 record_fields=record_fields)
         # the store normalises the config
         self.config = self.store.config  # after an extension: the union of the stored and the asked-for
         # `about`: what else config.json says of the run (the runner's name, open choices).
@@ -120,7 +122,7 @@ class RunFolder:
         if not path.exists():
             return default
         try:
-            return json.loads(path.read_text())
+            return json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             from ctrlsim.errors import DataFileError
 

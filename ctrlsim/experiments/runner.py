@@ -100,6 +100,8 @@ class Runner:
     extensible: tuple[str, ...] = ()
     # Config fields holding LLM specs (a string or a tuple of strings), checked before any loading.
     llm_fields: tuple[str, ...] = ()
+    # Fields every finished record has: a stored record without one is damaged and its unit reruns.
+    record_fields: tuple[str, ...] = ()
     # LLM fields that also take a dial spec (`dial:<lambda>`, a reference generator with no model).
     dial_fields: tuple[str, ...] = ()
     # Config fields holding text-encoder specs, resolved (not loaded) before any loading.

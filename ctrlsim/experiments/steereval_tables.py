@@ -212,7 +212,8 @@ def _figures(ctx: RunContext, records) -> None:
 RUNNER = Runner(name="steereval", config_cls=SteerEvalConfig, description=__doc__,
                 unit_fn=run_steereval_unit, plan=_plan, report=_report, figures=_figures, check=_check,
                 prepare=_prepare, payload=_payload, extensible=("conditions",), llm_fields=("llm",),
-                encoder_fields=("encoder",), default_out=DEFAULT_OUT, unit_name="episodes")
+                encoder_fields=("encoder",), default_out=DEFAULT_OUT, unit_name="episodes",
+                record_fields=("condition", "tag", "direction", "user", "reward"))
 
 
 def run_steereval(config: SteerEvalConfig, options: RunOptions | None = None, *, llm=None,
@@ -248,7 +249,7 @@ def tables_from_folder(out: str | Path) -> str:
     """The tables of a run folder's records so far (read-only: works while a run is still writing)."""
     from ctrlsim.experiments.store import read_run_records
 
-    stored, records = read_run_records(Path(out) / "records.jsonl")
+    stored, records = read_run_records(Path(out) / "records.jsonl", RUNNER.record_fields)
     config = RUNNER.config_from_identity(stored)
     rows = list(records.values())
     result = {"records": rows, "llm": rows[0]["llm"] if rows else config.llm, "short_tags": {},

@@ -44,11 +44,13 @@ class ResultStore:
     """
 
     def __init__(self, path: str | Path, config: dict, *, overwrite: bool = False,
-                 extensible: tuple[str, ...] = (), on_locked: Callable[[], None] | None = None):
+                 extensible: tuple[str, ...] = (), on_locked: Callable[[], None] | None = None,
+                 record_fields: tuple[str, ...] = ()):
         self.path = Path(path)
         # Normalised (tuples -> lists) and with credentials cut out, as it is stored: a resume compares equal.
         self.config = json.loads(redact_secrets(json.dumps(config, default=_jsonable)))
         self.extensible = tuple(extensible)
+        self.record_fields = tuple(record_fields)  # a stored record without one of them is damaged
         if self.path.is_dir():
             raise DataFileError(self.path, "is a folder, expected a JSON-lines result file")
         if self.path.is_symlink():
@@ -100,9 +102,19 @@ class ResultStore:
             if not isinstance(row, dict) or "key" not in row or "record" not in row:
                 raise DataFileError(self.path, f"line {n} is not a record "
                                                 "({{\"key\": ..., \"record\": ...}})")
-            if not (isinstance(row["record"], dict) and is_failure(row["record"])):
+            record, key = row["record"], str(row["key"])
+            damage = self._damage(record)
+            if damage:
+                import warnings
+
+                from ctrlsim.errors import DamagedRecordWarning
+
+                warnings.warn(DamagedRecordWarning(f"{self.path} line {n} (key {key!r}): {damage}; "
+                                                   "the unit runs again"), stacklevel=2)
+                continue
+            if not is_failure(record):
                 # Failure records (older versions stored some) are not results: the unit runs again.
-                self._records.setdefault(str(row["key"]), row["record"])
+                self._records.setdefault(key, record)
         self._needs_repair = torn_tail
         if stored != self.config:
             from ctrlsim.experiments.identity import extend_config
@@ -111,6 +123,15 @@ class ResultStore:
             if merged != stored:
                 self._append({"extend": merged})
             self.config = merged
+
+    def _damage(self, record: Any) -> str | None:
+        """Why a stored record is not a complete one (None when it is)."""
+        if not isinstance(record, dict):
+            return f"the record is a {type(record).__name__}, not an object"
+        if is_failure(record):
+            return None
+        missing = [f for f in self.record_fields if f not in record]
+        return f"the record lacks {', '.join(missing)}" if missing else None
 
     def __contains__(self, key: str) -> bool:
         return key in self._records
@@ -252,11 +273,12 @@ def _jsonable(value):
     return str(value)
 
 
-def read_run_records(path: str | Path) -> tuple[dict, dict[str, dict]]:
+def read_run_records(path: str | Path, record_fields: tuple[str, ...] = ()) -> tuple[dict, dict[str, dict]]:
     """(config, finished records by key) of a result file, read without taking its writer lock.
 
     Safe while a run is still appending: a torn last line and repair markers are skipped, an
-    `extend` line updates the config, failure records (older folders stored some) are left out.
+    `extend` line updates the config, failure records (older folders stored some) are left out, and
+    so are damaged records (not an object, or without one of `record_fields`), as the writer skips them.
     """
     path = Path(path)
     try:
@@ -275,6 +297,6 @@ def read_run_records(path: str | Path) -> tuple[dict, dict[str, dict]]:
         if isinstance(row, dict) and set(row) == {"extend"}:
             config = row["extend"]
         elif isinstance(row, dict) and "key" in row and isinstance(row.get("record"), dict) \
-                and not is_failure(row["record"]):
+                and not is_failure(row["record"]) and all(f in row["record"] for f in record_fields):
             records.setdefault(str(row["key"]), row["record"])
     return config, records

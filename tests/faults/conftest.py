@@ -2,7 +2,7 @@
 
 Every test here asserts either the typed error class and that its message names the offending value
 or file, or that results are identical to an uninterrupted run. Kinds covered, counted per file
-(one kind = one distinct bad input or fault that is tried): 187 in all.
+(one kind = one distinct bad input or fault that is tried): 199 in all.
 
 test_data_faults.py (36): bad numbers in every loader (22: timestamps out of range or infinite,
   ratings NaN/infinite/above the scale/not whole, years not whole or out of range, ages negative or
@@ -35,6 +35,11 @@ test_cli_faults.py (74), for each of the six runners (probe, steereval, promptsh
   conditions, scenarios, methods, protocols, rules (17); repeated list values, a repeated lambda
   among them (12); `--out` under a file and in an unwritable folder (12); two runs on one folder at
   once, the second refused naming the holder's pid (1).
+test_input_faults.py (12): roster entries of the wrong type (6: `"behaviour": "12"`, a string
+  `interests`, a bool item id, a number as name, a list as attributes, an empty probe id), each a
+  `DataFileError` naming the entry and field; malformed cached personas (4: not an object, no tokens,
+  a string behaviour, negative tokens), deleted with a warning and written again; a damaged record (2:
+  not an object, a field missing), reported by line and recomputed.
 test_runfolder_faults.py (9): a planted symlink as the lock file (its target untouched), as
   records.jsonl, as `rosters/` or `figures/` (4); two `--overwrite` runs in one second (both
   previous runs kept, whole) and `--overwrite` moving rosters, tables and figures too (2); an existing
