@@ -242,8 +242,11 @@ class OpenAICompatLLM(LLM):
                 or not isinstance(choices[0].get("message"), dict):
             raise ServerResponseError(f"{self.base_url}/chat/completions: reply has no 'choices' with a "
                                       f"message: {json.dumps(data)[:SNIPPET]!r}")
-        usage = data.get("usage")
-        return choices[0], usage if isinstance(usage, dict) else {}
+        where = f"{self.base_url}/chat/completions"
+        content = choices[0]["message"].get("content")
+        if content is not None and not isinstance(content, str):
+            raise ServerResponseError(f"{where}: message content is not a string: {content!r:.{SNIPPET}}")
+        return choices[0], _checked_usage(data.get("usage"), where)
 
     def _concurrently(self, fn: Callable[[T], R], items: list[T]) -> list[R]:
         """`[fn(x) for x in items]`, at most `max_concurrency` at a time; the first error cancels the rest."""
@@ -312,7 +315,7 @@ class OpenAICompatLLM(LLM):
                                           "impossible (use rate_by_generation): "
                                           f"{json.dumps(choice)[:200]!r}")
             digit = np.full(len(RATING_DIGITS), -np.inf)
-            for entry in content[0].get("top_logprobs", []):
+            for entry in _checked_top_logprobs(content, self.base_url):
                 token = entry["token"].strip()
                 if token in RATING_DIGITS:
                     k = RATING_DIGITS.index(token)
@@ -320,6 +323,44 @@ class OpenAICompatLLM(LLM):
             return DigitScores(digit, int(usage.get("prompt_tokens") or 0))
 
         return self._concurrently(one, conversations)
+
+
+def _checked_usage(usage: Any, where: str) -> dict:
+    """The reply's token counts: non-negative integers, or a `ServerResponseError` naming the field.
+
+    A reply without `usage` (or without one of its counts) counts as 0, as before: servers that send
+    none exist, and the tables cannot yet mark a count unknown."""
+    if usage is None:
+        return {}
+    if not isinstance(usage, dict):
+        raise ServerResponseError(f"{where}: 'usage' is not an object: {usage!r:.{SNIPPET}}")
+    counts = {}
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ServerResponseError(f"{where}: usage.{name} must be a non-negative integer, got {value!r}")
+        counts[name] = value
+    return counts
+
+
+def _checked_top_logprobs(content: Any, where: str) -> list[dict]:
+    """The first token's `top_logprobs`: a list of {token: str, logprob: finite number}, checked."""
+    first = content[0] if isinstance(content, list) and content else None
+    entries = first.get("top_logprobs") if isinstance(first, dict) else None
+    if not isinstance(entries, list):
+        raise ServerResponseError(f"{where}: logprobs.content[0].top_logprobs is not a list: {first!r:.200}")
+    for n, entry in enumerate(entries):
+        logprob = entry.get("logprob") if isinstance(entry, dict) else None
+        number = isinstance(logprob, (int, float)) and not isinstance(logprob, bool)
+        # -inf is a probability of 0; NaN and +inf are no probability at all
+        ok = isinstance(entry, dict) and isinstance(entry.get("token"), str) and number \
+            and (bool(np.isfinite(logprob)) or logprob == -np.inf)
+        if not ok:
+            raise ServerResponseError(f"{where}: top_logprobs[{n}] is not a token with a finite logprob: "
+                                      f"{entry!r:.200}")
+    return entries
 
 
 def _is_request_validation_error(error) -> bool:

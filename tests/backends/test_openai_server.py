@@ -380,3 +380,43 @@ def test_replica_spec_spreads_a_batch_over_the_replicas():
     assert [r.text for r in replies] == ["hello"] * 6
     assert len(first.requests) + len(second.requests) == 6 and first.requests and second.requests
     assert llm.base_url == f"{first.url},{second.url}"
+
+
+def _reply(**changes) -> str:
+    reply = json.loads(json.dumps(GOOD_REPLY))
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        target = reply
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[last] = value
+    return json.dumps(reply)
+
+
+@pytest.mark.parametrize("body, problem", [
+    (_reply(usage__prompt_tokens=-2000010), "usage.prompt_tokens must be a non-negative integer"),
+    (_reply(usage__completion_tokens=1.5), "usage.completion_tokens must be a non-negative integer"),
+    (_reply(usage="lots"), "'usage' is not an object"),
+    (_reply(choices__0__message__content=["hello"]), "content is not a string"),
+])
+def test_server_values_are_validated(body, problem):
+    """Issue 20, point 3: negative or fractional token counts and a non-string reply are typed errors
+    naming the field (Table 7 once reported Tokens -2,000,010)."""
+    with ScriptedServer([("raw", body)]) as server:
+        with pytest.raises(ServerResponseError, match=problem):
+            scripted_llm(server).chat(HELLO)
+
+
+@pytest.mark.parametrize("entries, problem", [
+    ([{"token": "4", "logprob": float("nan")}], r"top_logprobs\[0\]"),
+    ([{"token": "4"}], r"top_logprobs\[0\]"),
+    ([{"logprob": -0.1}], r"top_logprobs\[0\]"),
+    ("4", "is not a list"),
+])
+def test_malformed_logprobs_are_typed_errors_not_a_keyerror_or_a_nan_rating(entries, problem):
+    reply = json.loads(vllm_rating_reply({"4": -0.1}))
+    reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"] = entries
+    text = json.dumps(reply)  # Python's json writes NaN as a bare NaN, as a careless server might
+    with ScriptedServer([("raw", text)]) as server:
+        with pytest.raises(ServerResponseError, match=problem):
+            scripted_llm(server).rate(HELLO)
