@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import threading
 import time
@@ -356,7 +357,7 @@ def _checked_top_logprobs(content: Any, where: str) -> list[dict]:
         number = isinstance(logprob, (int, float)) and not isinstance(logprob, bool)
         # -inf is a probability of 0; NaN and +inf are no probability at all
         ok = isinstance(entry, dict) and isinstance(entry.get("token"), str) and number \
-            and (bool(np.isfinite(logprob)) or logprob == -np.inf)
+            and (math.isfinite(float(logprob)) or logprob == -math.inf)  # type: ignore[arg-type]
         if not ok:
             raise ServerResponseError(f"{where}: top_logprobs[{n}] is not a token with a finite logprob: "
                                       f"{entry!r:.200}")
