@@ -10,15 +10,27 @@ from pathlib import Path
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write `data` to a temporary file beside `path`, sync it, then rename it over `path`."""
+    """Write `data` to a temporary file beside `path`, sync it, then rename it over `path`.
+
+    A full disk or a folder turned read-only is one `DataFileError` naming the path (and the OS's
+    reason); the temporary file is removed, and the old file, if any, is left as it was."""
+    from ctrlsim.errors import DataFileError
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise DataFileError(path, f"cannot be written ({exc.strerror or exc})") from None
     return path
 
 

@@ -160,14 +160,20 @@ class ResultStore:
 
     def _append(self, row: dict) -> None:
         self._check_lock_held()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "a", encoding="utf-8") as fh:
-            if self._needs_repair:
-                fh.write("\n" + json.dumps(REPAIR_MARKER) + "\n")
-                self._needs_repair = False
-            fh.write(redact_secrets(json.dumps(row, default=_jsonable)) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                if self._needs_repair:
+                    fh.write("\n" + json.dumps(REPAIR_MARKER) + "\n")
+                    self._needs_repair = False
+                fh.write(redact_secrets(json.dumps(row, default=_jsonable)) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            # A line cut short by a full disk is a torn line: the next writer repairs it.
+            self._needs_repair = True
+            raise DataFileError(self.path, f"cannot be written ({exc.strerror or exc}); what was stored "
+                                           "before is kept, and the same command resumes") from None
 
     def _check_lock_held(self) -> None:
         """The lock file is still the one this store locked: deleted or replaced, another run may have

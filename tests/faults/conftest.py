@@ -2,7 +2,7 @@
 
 Every test here asserts either the typed error class and that its message names the offending value
 or file, or that results are identical to an uninterrupted run. Kinds covered, counted per file
-(one kind = one distinct bad input or fault that is tried): 199 in all.
+(one kind = one distinct bad input or fault that is tried): 200 in all.
 
 test_data_faults.py (36): bad numbers in every loader (22: timestamps out of range or infinite,
   ratings NaN/infinite/above the scale/not whole, years not whole or out of range, ages negative or
@@ -40,8 +40,9 @@ test_input_faults.py (12): roster entries of the wrong type (6: `"behaviour": "1
   `DataFileError` naming the entry and field; malformed cached personas (4: not an object, no tokens,
   a string behaviour, negative tokens), deleted with a warning and written again; a damaged record (2:
   not an object, a field missing), reported by line and recomputed.
-test_runfolder_faults.py (9): a planted symlink as the lock file (its target untouched), as
-  records.jsonl, as `rosters/` or `figures/` (4); two `--overwrite` runs in one second (both
+test_runfolder_faults.py (10): a full disk while writing an artefact and a record (1: one
+  `DataFileError` naming the path, no `.tmp` left, the old file intact); a planted symlink as the
+  lock file (its target untouched), as records.jsonl, as `rosters/` or `figures/` (4); two `--overwrite` runs in one second (both
   previous runs kept, whole) and `--overwrite` moving rosters, tables and figures too (2); an existing
   folder that is not a run folder (1); the lock file deleted while held (1); a roster lost after its
   record, rebuilt on resume (1).

@@ -136,3 +136,28 @@ def test_artefact_names_stay_inside_the_folder(tmp_path):
             with pytest.raises(ConfigError, match="inside the run folder"):
                 folder.write_json(name, {})
     assert not (tmp_path / "escape.json").exists()
+
+
+def test_a_full_disk_is_one_error_naming_the_path_and_leaves_no_tmp_file(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    with RunFolder(tmp_path / "r", {"seed": 0}) as folder:
+        folder.store.add("a", {"v": 1})
+        folder.write_tables("| old |")
+
+        def full(fd):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", full)
+        with pytest.raises(DataFileError, match=r"tables\.md.*No space left on device"):
+            folder.write_tables("| new |")
+        with pytest.raises(DataFileError, match=r"records\.jsonl.*No space left on device.*resumes"):
+            folder.store.add("b", {"v": 2})
+        monkeypatch.undo()
+        assert (tmp_path / "r" / "tables.md").read_text() == "| old |\n"  # the old file is intact
+        assert not list((tmp_path / "r").glob(".*.tmp"))
+    from ctrlsim.experiments.store import read_run_records
+
+    # what was stored before is kept (an unsynced line may or may not have reached the disk)
+    assert "a" in read_run_records(tmp_path / "r" / "records.jsonl")[1]
