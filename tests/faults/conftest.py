@@ -42,8 +42,9 @@ test_input_faults.py (12): roster entries of the wrong type (6: `"behaviour": "1
   not an object, a field missing), reported by line and recomputed.
 test_runfolder_faults.py (10): a full disk while writing an artefact and a record (1: one
   `DataFileError` naming the path, no `.tmp` left, the old file intact); a planted symlink as the
-  lock file (its target untouched), as records.jsonl, as `rosters/` or `figures/` (4); two `--overwrite` runs in one second (both
-  previous runs kept, whole) and `--overwrite` moving rosters, tables and figures too (2); an existing
+  lock file (its target untouched), as records.jsonl, as `rosters/` or `figures/` (4); two
+  `--overwrite` runs in one second (both previous runs kept, whole) and `--overwrite` moving
+  rosters, tables and figures too (2); an existing
   folder that is not a run folder (1); the lock file deleted while held (1); a roster lost after its
   record, rebuilt on resume (1).
 test_secret_faults.py (4): credentials in an LLM spec (URL userinfo, a secret query value) reach no
