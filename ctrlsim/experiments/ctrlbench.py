@@ -351,8 +351,12 @@ def _sizes(config: CtrlBenchConfig) -> dict[str, int]:
 
 
 def _on_stored(ctx, key: str, record: dict) -> None:
+    """The episode's roster file, from its record (on resume only where it is missing: files are
+    written atomically, so one that exists is whole)."""
     name = key.replace("|", "_").replace("=", "").replace(":", "-").replace("/", "-")
-    ctx.folder.write_json(f"rosters/{name}.json", record["personas"])
+    path = f"rosters/{name}.json"
+    if not ctx.folder.file(path).exists():
+        ctx.folder.write_json(path, record["personas"])
 
 
 def _report(ctx, records) -> str:
