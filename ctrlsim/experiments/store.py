@@ -166,7 +166,7 @@ class ResultStore:
                 if self._needs_repair:
                     fh.write("\n" + json.dumps(REPAIR_MARKER) + "\n")
                     self._needs_repair = False
-                fh.write(redact_secrets(json.dumps(row, default=_jsonable)) + "\n")
+                fh.write(json.dumps(row, default=_jsonable) + "\n")  # rows are redacted already
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:
