@@ -71,23 +71,20 @@ class RunFolder:
         self.store = ResultStore(self.path / RECORDS, config, extensible=extensible,
                                  on_locked=self._move_previous_run if overwrite else None,
                                  record_fields=record_fields)
-        # the store normalises the config
-        self.config = self.store.config  # after an extension: the union of the stored and the asked-for
+        # The store normalises the config; after an extension it is the union of stored and asked-for.
+        self.config = self.store.config
         # `about`: what else config.json says of the run (the runner's name, open choices).
         self.write_json("config.json", {**(about or {}), "config": self.config,
                                         "software": software_versions()})
 
     def _move_previous_run(self) -> None:
         """Move everything but the held lock into a new folder beside this one (called under the lock)."""
-        import time
-
-        from ctrlsim.experiments.store import unique_path
+        from ctrlsim.experiments.store import time_stamp, unique_path
 
         entries = [p for p in self.path.iterdir() if p.name != LOCK]
         if not entries:
             return
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        backup = unique_path(self.path.with_name(f"{self.path.name}.previous-{stamp}"))
+        backup = unique_path(self.path.with_name(f"{self.path.name}.previous-{time_stamp()}"))
         backup.mkdir()
         for entry in entries:
             entry.rename(backup / entry.name)

@@ -65,7 +65,7 @@ class ResultStore:
         self._needs_repair = False
         if overwrite and self.path.exists() and self.path.stat().st_size:
             # Explicitly discarded results are moved aside, never deleted, never over an older backup.
-            self.path.rename(unique_path(self.path.with_name(f"{self.path.name}.{_stamp()}"), ".bak"))
+            self.path.rename(unique_path(self.path.with_name(f"{self.path.name}.{time_stamp()}"), ".bak"))
         if self.path.exists() and self.path.stat().st_size:
             self._load()
         else:
@@ -218,7 +218,8 @@ def _parse_line(line: str):
         return None
 
 
-def _stamp() -> str:
+def time_stamp() -> str:
+    """The local time in backup names: 20261201-145300."""
     return time.strftime("%Y%m%d-%H%M%S")
 
 
