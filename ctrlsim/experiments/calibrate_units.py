@@ -164,24 +164,25 @@ def _steereval_scenarios(cfg) -> tuple[tuple, list]:
     return worker_cache(f"calibrate-steereval:{cfg!r}", build)
 
 
+# Each SteerEval method is the intervention of one of SteerEval's conditions, on the unit's ranker.
+STEEREVAL_CONDITION = {"template": "default", "stronger": "stronger", "weaker": "weaker",
+                       "llm-append": "llm-append", "llm-rewrite": "llm-rewrite"}
+
+
 def steereval_unit(config: CalibrateConfig, method: str, box: str, seed: int, show_progress: bool) -> dict:
-    from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend
+    import dataclasses
+
     from ctrlsim.envs.steereval_env import to_observation_text
-    from ctrlsim.experiments.steereval_units import make_env
+    from ctrlsim.experiments.steereval_units import CONDITIONS, intervention_policy, make_env
     from ctrlsim.experiments.units import cached_llm
-    from ctrlsim.recommenders.steereval import Condition
 
     cfg = steereval_config(config, method, box, seed)
     data, scenarios = _steereval_scenarios(cfg)
-    needs_llm = method in ("llm-append", "llm-rewrite") or box == "llm"
+    cond = dataclasses.replace(CONDITIONS[STEEREVAL_CONDITION[method]], ranker=box)
+    needs_llm = cond.intervention in ("llm-append", "llm-rewrite") or box == "llm"
     model: Any = cached_llm(config.llm, _llm_cache(config)) if needs_llm else config.llm
-    if method == "llm-append":
-        policy: Any = LLMAppend(model)
-    elif method == "llm-rewrite":
-        policy = LLMRewrite(model)
-    else:
-        policy = TemplateAppend("default" if method == "template" else method)
-    env = make_env(cfg, data, Condition(ranker=box), model)
+    policy = intervention_policy(cond, model)
+    env = make_env(cfg, data, cond, model)
     start = model.meter.total if needs_llm else None
     values: dict[str, float] = {}
     problems = 0

@@ -131,7 +131,6 @@ def run_steereval_unit(unit: SteerEvalUnit, key: str) -> dict:
     otherwise cost this unit 0 tokens. Each unit measures all of its shared work (from the response
     cache when another unit already paid for it) and keeps the parts it owns, as the local loop does.
     """
-    from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend
     from ctrlsim.experiments.executor import worker_cache
     from ctrlsim.experiments.units import cached_llm
 
@@ -142,12 +141,20 @@ def run_steereval_unit(unit: SteerEvalUnit, key: str) -> dict:
     cond_name, sc = units[key]
     cond = CONDITIONS[cond_name]
     model = cached_llm(config.llm, unit.llm_cache)
-    policies = {"llm-append": LLMAppend, "llm-rewrite": LLMRewrite}
-    policy = policies[cond.intervention](model) if cond.intervention in policies \
-        else TemplateAppend(cond.emphasis)
+    policy = intervention_policy(cond, model)
     env = make_env(config, data, cond, model)
     return measure_unit(env, policy, model, cond_name, sc, owners, model.identity)
 
+
+
+def intervention_policy(cond: Condition, model):
+    """The edit policy of a condition: an LLM-written append or rewrite (with `model`), else a template."""
+    from ctrlsim.agents.steering import LLMAppend, LLMRewrite, TemplateAppend
+
+    policies = {"llm-append": LLMAppend, "llm-rewrite": LLMRewrite}
+    if cond.intervention in policies:
+        return policies[cond.intervention](model)
+    return TemplateAppend(cond.emphasis)
 
 
 def shared_work_owners(units: list[tuple[str, Any]]) -> dict[tuple, str]:
