@@ -35,6 +35,11 @@ def _label(metric: str) -> str:
     return METRIC_LABELS.get(metric, metric)
 
 
+def _digits(metric: str) -> int:
+    """Decimals a metric's cells show: percentages 2, fractions and AUC differences 4."""
+    return 2 if metric in ("coverage", "exposure") else 4
+
+
 # ----------------------------------------------------------------------------- collecting
 
 def observations(records: Mapping[str, dict]) -> dict[tuple[str, str], dict[str, dict[str, float]]]:
@@ -167,11 +172,11 @@ def _cell(est: Estimate, digits: int) -> str:
 
 
 def metric_table(config, obs, metric: str) -> str:
-    digits = 2 if metric in ("coverage", "exposure") else 4
     rows = []
     for method in config.all_methods:
         by_lambda = curve(config, obs, method, metric)
-        cells = [_cell(_estimate(by_lambda[lam]), digits) if lam in by_lambda else "-" for lam in config.grid]
+        cells = [_cell(_estimate(by_lambda[lam]), _digits(metric)) if lam in by_lambda else "-"
+                 for lam in config.grid]
         corr = rho_of(by_lambda)
         rho = "-" if np.isnan(corr.rho) else f"{corr.rho:+.2f}" if np.isnan(corr.low) else \
             f"{corr.rho:+.2f} [{corr.low:+.2f}, {corr.high:+.2f}]"
@@ -233,8 +238,7 @@ def compare_table(config, obs) -> str:
                 text = "no scale: the method does not resolve the dial"
             else:
                 text, _ = match_lambda(grid, [_estimate(by_lambda[lam]) for lam in grid], box_est)
-            digits = 2 if metric in ("coverage", "exposure") else 4
-            rows.append([box, method, _cell(box_est, digits), text])
+            rows.append([box, method, _cell(box_est, _digits(metric)), text])
     return github_table(rows, ["Box", "Method", _label(metric), "Responds like lambda [95% interval]"])
 
 
