@@ -46,14 +46,20 @@ def new_figure(figsize: tuple[float, float], nrows: int = 1, ncols: int = 1, *,
 RECORDS, LOCK = "records.jsonl", "records.jsonl.lock"
 
 
+def _own_before_records(entry: Path) -> bool:
+    """What may already sit in a run folder before its records exist: the lock, and LLM response
+    caches (`llm-cache.sqlite` and its journal files) a caller opened there first."""
+    return entry.name == LOCK or (entry.is_file() and ".sqlite" in entry.name)
+
+
 class RunFolder:
     """A run's output folder; holds the records' writer lock until `close()`.
 
-    The folder is the run's own: an existing non-empty folder without `records.jsonl` (not a run
-    folder) is refused unless `overwrite`; with `overwrite` everything in it (records, config,
-    tables, figures, rosters, artefacts) moves, under the lock, into one new folder beside it
-    (`<out>.previous-<time>`, `-2`, ... never over an earlier one: `previous` says where); and
-    nothing is written through a symbolic link inside it."""
+    The folder is the run's own: an existing folder without `records.jsonl` (not a run folder)
+    holding anything but SQLite caches is refused unless `overwrite`; with `overwrite` everything
+    in it (records, config, tables, figures, rosters, artefacts) moves, under the lock, into one new
+    folder beside it (`<out>.previous-<time>`, `-2`, ... never over an earlier one: `previous` says
+    where); and nothing is written through a symbolic link inside it."""
 
     def __init__(self, out: str | Path, config: dict, *, overwrite: bool = False,
                  extensible: tuple[str, ...] = (), about: dict | None = None,
@@ -62,7 +68,7 @@ class RunFolder:
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"output {str(self.path)!r} is a file, not a folder")
         if not overwrite and self.path.is_dir() and not (self.path / RECORDS).exists() \
-                and any(p.name != LOCK for p in self.path.iterdir()):
+                and any(not _own_before_records(p) for p in self.path.iterdir()):
             raise ConfigError(f"output {str(self.path)!r} is a folder with other files in it, not a ctrlsim "
                               "run folder (it has no records.jsonl); choose another --out, or pass "
                               "--overwrite to move its contents into a new folder beside it")

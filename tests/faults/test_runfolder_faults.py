@@ -161,3 +161,12 @@ def test_a_full_disk_is_one_error_naming_the_path_and_leaves_no_tmp_file(tmp_pat
 
     # what was stored before is kept (an unsynced line may or may not have reached the disk)
     assert "a" in read_run_records(tmp_path / "r" / "records.jsonl")[1]
+
+
+def test_a_folder_holding_only_an_llm_cache_opened_first_is_a_new_run_folder(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "llm-cache.sqlite").write_bytes(b"")  # a response cache the caller opened there first
+    with RunFolder(run, {"seed": 0}) as folder:
+        folder.store.add("a", {"v": 1})
+    assert (run / "llm-cache.sqlite").exists() and (run / "records.jsonl").exists()
