@@ -206,23 +206,17 @@ def steereval_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
 # ----------------------------------------------------------------------------- PromptShift
 
 def promptshift_unit(config: CalibrateConfig, method: str, box: str, seed: int, show_progress: bool) -> dict:
-    from ctrlsim.experiments.promptshift_tables import build_data
+    from ctrlsim.experiments.promptshift_tables import _engine, build_data
     from ctrlsim.experiments.units import cached_llm
     from ctrlsim.recommenders.promptshift.data import sample_users
-    from ctrlsim.recommenders.promptshift.dial import make_list_generator
-    from ctrlsim.recommenders.promptshift.engine import PromptShiftEngine
     from ctrlsim.recommenders.promptshift.rerankers import PAPER_PARAMS
     from ctrlsim.recommenders.promptshift.selection import reranker_set
 
     cfg = promptshift_config(config, method, box, seed)
     data = build_data(cfg)
     users = sample_users(data, cfg.users, seed)
-    if is_dial(box):
-        engine = PromptShiftEngine(data, None, users=users, n_candidates=cfg.n_candidates, k=cfg.k,
-                                   generator=make_list_generator(box, data, n=cfg.n_candidates))
-    else:
-        engine = PromptShiftEngine(data, cached_llm(box, _llm_cache(config)), users=users,
-                                   n_candidates=cfg.n_candidates, k=cfg.k)
+    # The runner's own engine: a dial spec gets the dial generator, an LLM spec the LLM's lists.
+    engine = _engine(cfg, data, box if is_dial(box) else cached_llm(box, _llm_cache(config)), users=users)
     reranker = reranker_set(engine, PAPER_PARAMS)[method.upper()]
     values: dict[str, dict[str, float]] = {"drift": {}, "slice_shift": {}}
     unmatched = parse_errors = 0
@@ -235,12 +229,15 @@ def promptshift_unit(config: CalibrateConfig, method: str, box: str, seed: int, 
             obs = f"seed={seed}/{user}/{scenario}"
             values["drift"][obs] = float(metrics["drift"])
             values["slice_shift"][obs] = float(metrics["slice_shift"])
-            unmatched += episode.cue.counts()["unmatched"]
-            parse_errors += episode.cue.counts()["parse_error"]
+            counts = episode.cue.counts()
+            unmatched += counts["unmatched"]
+            parse_errors += counts["parse_error"]
     details = {"users": len(users), "unmatched_titles": unmatched, "parse_errors": parse_errors,
-               **{k: v for k, v in engine.generated_usage.items()}}
-    return {"values": values, "known": {}, "details": details, "box_identity": engine.config.get("generator")
-            or engine.config.get("llm"), "llm": None if is_dial(box) else engine.config.get("llm")}
+               **engine.generated_usage}
+    about = engine.config
+    return {"values": values, "known": {}, "details": details,
+            "box_identity": about.get("generator") or about.get("llm"),
+            "llm": None if is_dial(box) else about.get("llm")}
 
 
 UNITS = {"ctrlbench": ctrlbench_unit, "steereval": steereval_unit, "promptshift": promptshift_unit}
