@@ -182,8 +182,12 @@ def play_episode(spec: EpisodeSpec, population, recommender, target_items: froze
                                 settings=settings, like_prob=spec.like_prob, meter=meter, on_round=tick)
     finally:
         bar.close()
-    return episode_record(spec, population, trace, target_items, recommender, llm,
-                          seconds=time.perf_counter() - started)
+    record = episode_record(spec, population, trace, target_items, recommender, llm,
+                            seconds=time.perf_counter() - started)
+    usage = meter.total
+    if usage.unknown_calls:  # the curves' tokens hold only the reported counts: a lower bound
+        record["tokens_unknown"] = {"calls": usage.unknown_calls, "of": usage.calls}
+    return record
 
 
 def _fallback_counts(population) -> dict[str, int | None]:
@@ -245,6 +249,8 @@ def episode_record(spec: EpisodeSpec, population, trace, target_items: frozenset
         "box": recommender.identity,
         "timing": {"seconds": round(seconds, 2)},
     }
+    if getattr(population, "setup_unknown_calls", 0):  # setup_tokens is then a lower bound
+        record["setup_tokens_unknown"] = population.setup_unknown_calls
     if spec.task == "profile-shaping":
         from ctrlsim.envs import make_task
 

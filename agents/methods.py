@@ -105,6 +105,9 @@ class Population:
                     `CustomPolicy` (a policy from the user's code).
     prompt_variant: decision-prompt variant for LLM probes: "default" or "logic" (Appendix D.8).
     setup_tokens:   tokens spent building the roster (profile generation, evolution).
+    setup_unknown_calls: how many setup calls had no reported token counts, a lower bound (a
+                    persona whose tokens are unknown counts as one call): `setup_tokens` is then
+                    a lower bound too.
     artefacts:      anything worth keeping in the record (cluster sizes, generations, ...).
     """
 
@@ -113,6 +116,7 @@ class Population:
     prompt_variant: str = "default"
     setup_tokens: int = 0
     artefacts: Mapping[str, Any] = field(default_factory=dict)
+    setup_unknown_calls: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "personas", tuple(self.personas))
@@ -180,15 +184,16 @@ class MethodContext:
         order = derive_rng(self.seed, "users" if sample == "large" else "users-small").permutation(len(users))
         return [users[i] for i in order[:k]]
 
-    def base_personas(self, k: int, sample: str = "large") -> tuple[list[Persona], int]:
-        """LLM personas for the first `k` sampled users (cached per user, LLM, seed) and their tokens."""
+    def base_personas(self, k: int, sample: str = "large") -> tuple[list[Persona], list[int | None]]:
+        """LLM personas for the first `k` sampled users (cached per user, LLM, seed) and the tokens
+        each cost (None: unknown, see `ProfileGenerator.generate`)."""
         from tqdm import tqdm
 
         users = self.sample_users(k, sample)
         with tqdm(total=len(users), desc="profiles", unit="probe", disable=not self.show_progress,
                   leave=False) as bar:
             personas, tokens = self.profile_generator.generate(users, self.seed, progress=bar.update)
-        return personas, sum(tokens)
+        return personas, tokens
 
     def template_personas(self, k: int, sample: str = "large") -> list[Persona]:
         """Personas without an LLM (demographics + seed tags) for the first `k` sampled users."""
@@ -258,15 +263,21 @@ def check_methods(names: Sequence[str]) -> None:
 
 # ----------------------------------------------------------------------------- builtin methods
 
+def _setup_cost(tokens: list[int | None]) -> dict[str, int]:
+    """Population's setup fields from per-persona tokens: the known sum and how many are unknown."""
+    return {"setup_tokens": sum(t for t in tokens if t is not None),
+            "setup_unknown_calls": sum(t is None for t in tokens)}
+
+
 def build_base_large(context: MethodContext) -> Population:
     personas, tokens = context.base_personas(context.k_large)
-    return Population(tuple(personas), "llm", setup_tokens=tokens,
+    return Population(tuple(personas), "llm", **_setup_cost(tokens),
                       artefacts={"template_fallbacks": sum(p.source == "template" for p in personas)})
 
 
 def build_base_small(context: MethodContext) -> Population:
     personas, tokens = context.base_personas(context.k_small, context.small_sample)
-    return Population(tuple(personas), "llm", setup_tokens=tokens,
+    return Population(tuple(personas), "llm", **_setup_cost(tokens),
                       artefacts={"template_fallbacks": sum(p.source == "template" for p in personas),
                                  "users": context.small_sample})
 

@@ -49,7 +49,8 @@ PROFILE_SCHEMA = {
 
 
 class ProfileStore(SqliteStore):
-    """Generated personas: key -> {"persona": {...}, "tokens": int} as JSON."""
+    """Generated personas: key -> {"persona": {...}, "tokens": int or null} as JSON (null: the LLM's
+    server did not report the counts of a call that wrote the persona, so its tokens are unknown)."""
 
     table = "profiles"
 
@@ -63,7 +64,7 @@ class ProfileStore(SqliteStore):
         if not isinstance(value, dict) or not {"persona", "tokens"} <= set(value):
             raise ValueError("a cached persona is {\"persona\": {...}, \"tokens\": n}")
         tokens = value["tokens"]
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0):
             raise ValueError(f"cached persona tokens must be a count, got {tokens!r}")
         Persona.from_dict(value["persona"])
         return value
@@ -157,8 +158,9 @@ class ProfileGenerator:
                        attributes=attrs, source="template", flags=tuple(flags))
 
     def generate(self, user_ids: Sequence[str], seed: int,
-                 progress: Callable[[int], None] | None = None) -> tuple[list[Persona], list[int]]:
-        """Personas for `user_ids` (in order) and the tokens each one's generation cost."""
+                 progress: Callable[[int], None] | None = None) -> tuple[list[Persona], list[int | None]]:
+        """Personas for `user_ids` (in order) and the tokens each one's generation cost (None where a
+        call's counts were not reported: unknown, never 0)."""
         user_ids = [str(u) for u in user_ids]
         keys = [self.cache_key(u, seed) for u in user_ids]
         found = self.store.get_many(keys) if self.store is not None else {}
@@ -170,13 +172,14 @@ class ProfileGenerator:
             chunk = todo[start:start + size]
             made = self._generate([user_ids[n] for n in chunk], seed)
             fresh = {keys[n]: value for n, value in zip(chunk, made)}
-            if self.store is not None:
-                self.store.put_many(fresh)
+            if self.store is not None:  # the stored persona wins (another run may have written it first)
+                fresh = self.store.put_many(fresh)
             found.update(fresh)
             if progress:
                 progress(len(chunk))
         values = [found[k] for k in keys]
-        return [Persona.from_dict(v["persona"]) for v in values], [int(v["tokens"]) for v in values]
+        return [Persona.from_dict(v["persona"]) for v in values], \
+            [None if v["tokens"] is None else int(v["tokens"]) for v in values]
 
     def _chat(self, conversations: list[list[dict]], user_ids: list[str], seed: int, attempt: int):
         use_schema = bool(getattr(self.llm, "supports_json_schema", False))
@@ -194,7 +197,7 @@ class ProfileGenerator:
     def _generate(self, user_ids: list[str], seed: int) -> list[dict]:
         items = {u: self.seed_items(u, seed) for u in user_ids}
         convs = {u: self.conversation(u, items[u]) for u in user_ids}
-        tokens = dict.fromkeys(user_ids, 0)
+        tokens: dict[str, int | None] = dict.fromkeys(user_ids, 0)
         parsed: dict[str, dict] = {}
         replies: dict[str, str] = {}
         for attempt in (0, 1):
@@ -205,7 +208,10 @@ class ProfileGenerator:
                 {"role": "assistant", "content": replies[u]},
                 {"role": "user", "content": prompts.PROFILE_RETRY}] for u in pending]
             for user, completion in zip(pending, self._chat(batch, pending, seed, attempt)):
-                tokens[user] += completion.prompt_tokens + completion.completion_tokens
+                spent = tokens[user]
+                counts = (completion.prompt_tokens, completion.completion_tokens)
+                # One call without counts makes the persona's tokens unknown (None), never 0.
+                tokens[user] = None if spent is None or None in counts else spent + sum(counts)
                 replies[user] = completion.text
                 try:
                     parsed[user] = {**parse_profile(completion.text), "retried": attempt > 0}

@@ -78,8 +78,9 @@ def served_rows(servers: str, batch: int, max_tokens: int) -> list[list]:
         seconds = time.perf_counter() - started
         texts = [r.text for r in replies]
         reference, first = reference or texts, first or seconds
-        tokens = sum(r.completion_tokens for r in replies)
-        rows.append([concurrency, f"{seconds:.2f}", f"{tokens / seconds:.1f}", f"{first / seconds:.2f}",
+        counts = [r.completion_tokens for r in replies]  # None where the server sent no usage
+        rate = "unknown (no token counts)" if None in counts else f"{sum(counts) / seconds:.1f}"
+        rows.append([concurrency, f"{seconds:.2f}", rate, f"{first / seconds:.2f}",
                      "yes" if texts == reference else "NO"])
         llm.close()
     return rows

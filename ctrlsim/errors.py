@@ -121,6 +121,37 @@ class CacheCorruptionWarning(UserWarning):
     paths) and a fresh cache started, so its entries are recomputed instead of failing the run."""
 
 
+class CacheLockedError(ConfigError):
+    """Another process holds a cache file's write lock for longer than the busy timeout (SQLite waits
+    that long first, so brief writes of two runs sharing a cache never fail). The message names the
+    file: wait for the other run, or give this run a cache of its own ($CTRLSIM_CACHE, or the run's
+    cache option). The unit that meets it fails and is not stored, so a rerun retries it."""
+
+    def __init__(self, path: str | Path, detail: str = ""):
+        self.path = str(path)
+        why = f" ({detail})" if detail else ""
+        super().__init__(
+            f"cache file {self.path} is locked by another process{why}: another run is writing it. "
+            "Wait for that run to finish, or give this run its own cache (another $CTRLSIM_CACHE "
+            "folder or cache path)")
+
+
+class CacheUnwritableError(ConfigError, OSError):
+    """A cache file, or the folder it belongs in, cannot be written (read-only file or folder, a
+    file where the folder belongs); the message names the path and what to do. Also an `OSError`,
+    so code that treats a cache it cannot write as optional (`except OSError`) goes on without it."""
+
+    def __init__(self, path: str | Path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"cache {self.path}: {problem}")
+
+
+class CacheUnavailableWarning(UserWarning):
+    """An optional disk cache (text embeddings) could not be opened because its folder cannot be
+    written; the run goes on with an in-memory cache only (nothing is stored between runs)."""
+
+
 class DamagedRecordWarning(UserWarning):
     """A line of a run's records.jsonl is not a complete record (hand-edited or damaged): it is
     reported by line and its unit runs again; the line itself is left where it is."""
@@ -187,3 +218,15 @@ class RunLockedError(ConfigError):
     """Another process is writing these run files (a result file, an evolution folder); the
     message names them. Wait for that run to finish, or write somewhere else. Every writer holds
     an exclusive `flock` that the OS drops when the process dies, so a stale lock cannot block."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped a run. What finished before it is stored (records are appended one
+    by one), nothing of the unit in flight is, and the same command resumes. A `KeyboardInterrupt`
+    (not an `Exception`), so no `except Exception` swallows it and Python callers see an interrupt;
+    the CLI prints its one-line message and exits 130."""
+
+    def __init__(self, protocol: str, out: str | Path, stored: int):
+        self.protocol, self.out, self.stored = protocol, str(out), stored
+        super().__init__(f"interrupted: {stored} finished {protocol} unit(s) are stored in {self.out}; "
+                         "rerun the same command to resume")

@@ -59,12 +59,12 @@ def test_failure_after_work_keeps_the_finished_part_and_a_rerun_resumes(tmp_path
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--ceiling-states", "0"], "ceiling_states must be in [1, inf], got 0"),
+    (["--ceiling-states", "0"], "ceiling_states must be in [1, 1000000], got 0"),
     (["--ceiling-states", "10"], "ceiling_states must be at least rounds (20)"),
-    (["--slate-size", "0"], "slate_size must be in [1, inf], got 0"),
+    (["--slate-size", "0"], "slate_size must be in [1, 10000], got 0"),
     (["--like-prob", "2"], "like_prob must be in [0.0, 1.0], got 2.0"),
-    (["--seed", "-1"], "seed must be in [0, inf], got -1"),
-    (["--agents", "0"], "agents must be in [1, inf], got 0"),
+    (["--seed", "-1"], "seed must be in [0, 9223372036854775807], got -1"),
+    (["--agents", "0"], "agents must be in [1, 100000], got 0"),
     (["--checkpoints", "5,25"], "round 25 is beyond --rounds 20"),
     (["--task", "bogus"], "'bogus'"),
     (["--recommender", "nope"], "'nope'"),

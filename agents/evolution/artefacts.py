@@ -88,7 +88,26 @@ class ArtefactFolder:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._ledger: dict[str, dict] = self.read_json(LEDGER, {"phases": {}})["phases"]
+        ledger = self.read_json(LEDGER, {"phases": {}})
+        if not isinstance(ledger, dict) or not isinstance(ledger.get("phases"), dict):
+            raise DataFileError(self.path / LEDGER, "is not an evolution ledger ({\"phases\": {...}})")
+        self._ledger: dict[str, dict] = ledger["phases"]
+        # What the finished phases were run for; None: not bound (a ledger from before binding).
+        self._identity: dict | None = ledger.get("identity")
+
+    def bind(self, identity: dict) -> None:
+        """The ledger belongs to `identity` (what the loop's phases depend on): finished phases of
+        another identity are never reused (a `ConfigError` names the fields that differ). A ledger
+        written before ledgers were bound adopts `identity`."""
+        identity = json.loads(json.dumps(identity, sort_keys=True, default=str))
+        if self._ledger and self._identity is not None and self._identity != identity:
+            fields = sorted(k for k in set(self._identity) | set(identity)
+                            if self._identity.get(k) != identity.get(k))
+            raise ConfigError(
+                f"evolution folder {self.path} holds phases of another run ({LEDGER}; these fields differ: "
+                f"{', '.join(fields)}); give this run another folder, or move the old one aside "
+                "(ctrlsim evolve --overwrite does)")
+        self._identity = identity
 
     def write_json(self, name: str, obj: Any) -> Path:
         return atomic_write_bytes(
@@ -124,7 +143,8 @@ class ArtefactFolder:
     def finish(self, phase: str, entry: dict) -> None:
         """Record `phase` as finished (call after its artefacts are written)."""
         self._ledger[phase] = dict(entry)
-        self.write_json(LEDGER, {"phases": self._ledger})
+        bound = {"identity": self._identity} if self._identity is not None else {}
+        self.write_json(LEDGER, {"phases": self._ledger, **bound})
 
     def ledger(self) -> dict[str, dict]:
         return {k: dict(v) for k, v in self._ledger.items()}

@@ -42,9 +42,12 @@ class FusionJob:
 
 
 def usage_delta(before, after) -> dict:
-    """LLM usage between two `TokenMeter` totals."""
+    """LLM usage between two `TokenMeter` totals (`unknown_calls` only when some calls had no counts)."""
     out = {k: getattr(after, k) - getattr(before, k)
            for k in ("prompt_tokens", "completion_tokens", "calls", "cached_calls")}
+    unknown = getattr(after, "unknown_calls", 0) - getattr(before, "unknown_calls", 0)
+    if unknown:
+        out["unknown_calls"] = unknown
     out["total_tokens"] = out["prompt_tokens"] + out["completion_tokens"]
     return out
 

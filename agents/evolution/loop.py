@@ -27,7 +27,7 @@ member, no debate or merge); subclasses can override any `phase_*` method.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from ctrlsim.errors import ConfigError
@@ -118,6 +118,11 @@ class EvolutionResult:
     def tokens(self) -> int:
         return sum(int(p.get("tokens", {}).get("total_tokens", 0)) for p in self.phases.values())
 
+    @property
+    def unknown_calls(self) -> int:
+        """Calls of the phases without reported token counts (`tokens` is then a lower bound)."""
+        return sum(int(p.get("tokens", {}).get("unknown_calls", 0)) for p in self.phases.values())
+
 
 class EvolutionLoop(EvolutionPhases):
     """Runs (or resumes) the loop in `folder` for one black box and target.
@@ -144,10 +149,14 @@ class EvolutionLoop(EvolutionPhases):
         slate_size: int = 3,
         show_progress: bool = False,
         fuse_elsewhere: Callable[[FusionJob], list[dict]] | None = None,
+        identity: dict | None = None,
     ):
         """`fuse_elsewhere(job)`: runs one generation's debate and merge cluster by cluster
         (`cluster_unit.fuse_cluster` records, in cluster order), e.g. on an executor's workers;
-        by default the clusters debate and merge together here, one batched call per round."""
+        by default the clusters debate and merge together here, one batched call per round.
+        `identity`: what else the phases depend on (the caller's config: the initial roster's size,
+        the box, the LLM); with the loop's own settings it binds the folder's ledger, so phases of
+        another run are never reused."""
         from ..llm_probe import DecisionSettings
 
         self.folder = folder if isinstance(folder, ArtefactFolder) else ArtefactFolder(folder)
@@ -160,6 +169,10 @@ class EvolutionLoop(EvolutionPhases):
         self.target_tags = tuple(getattr(task, "tags", ()) or ())
         self.target_items = set(getattr(task, "target", set()) or set())
         self.nouns = domain_nouns(dataset.name)
+        self.folder.bind({
+            "settings": asdict(settings), "decisions": asdict(self.decision_settings), "seed": seed,
+            "slate_size": slate_size, "target_tags": sorted(self.target_tags),
+            "dataset": getattr(dataset, "name", None), **(identity or {})})
 
     # ------------------------------------------------------------------ plumbing
     def plan(self, initial) -> list[tuple[str, Callable[[], dict]]]:

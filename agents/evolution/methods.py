@@ -138,6 +138,7 @@ def evolve(context: MethodContext, *, fusion: str, prompt_variant: str = "defaul
         "llm",
         prompt_variant=prompt_variant,
         setup_tokens=result.tokens,
+        setup_unknown_calls=result.unknown_calls,
         artefacts={
             "evolution_folder": str(folder),
             "generations": result.generations,

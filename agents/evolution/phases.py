@@ -66,7 +66,9 @@ class EvolutionPhases:
     def phase_profiles(self, initial: Callable[[], tuple[list[Persona], int]]) -> dict:
         before = self.llm.meter.total if self.llm is not None else None
         personas, tokens = initial()
-        tokens = sum(tokens) if isinstance(tokens, (list, tuple)) else int(tokens)
+        per_persona = list(tokens) if isinstance(tokens, (list, tuple)) else [tokens]
+        unknown = sum(t is None for t in per_persona)  # personas whose calls had no token counts
+        tokens = sum(int(t) for t in per_persona if t is not None)
         if not personas:
             raise ConfigError("the initial population is empty")
         ids = [p.probe_id for p in personas]
@@ -78,6 +80,8 @@ class EvolutionPhases:
             usage = _usage_delta(before, self.llm.meter.total)
             # Personas served from the profile store cost no call now; report what writing them cost.
             usage["total_tokens"] = max(usage["total_tokens"], tokens)
+            if unknown > usage.get("unknown_calls", 0):  # at least one call per such persona
+                usage["unknown_calls"] = unknown
             entry["tokens"] = usage
         return entry
 
@@ -191,7 +195,9 @@ class EvolutionPhases:
         """The per-cluster records of generation g and the summed usage of their `half`."""
         records = self.fuse_elsewhere(self.fusion_job(g))
         fields = ("prompt_tokens", "completion_tokens", "calls", "cached_calls", "total_tokens")
-        return records, {k: sum(r["tokens"][half][k] for r in records) for k in fields}
+        usage = {k: sum(r["tokens"][half][k] for r in records) for k in fields}
+        unknown = sum(r["tokens"][half].get("unknown_calls", 0) for r in records)
+        return records, ({**usage, "unknown_calls": unknown} if unknown else usage)
 
     def _write_transcript(self, g: int, groups, transcripts) -> None:
         self.folder.write_json(

@@ -12,16 +12,51 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
-from ctrlsim.errors import ModelError, ModelNotFoundError
+from ctrlsim.errors import CacheUnwritableError, ConfigError, ModelError, ModelNotFoundError
+
+CACHE_VARIABLE = "CTRLSIM_CACHE"
+
+
+def cache_root() -> Path:
+    """ctrlsim's cache folder ($CTRLSIM_CACHE, else ~/.cache/ctrlsim); nothing is created."""
+    return Path(os.environ.get(CACHE_VARIABLE, Path.home() / ".cache" / "ctrlsim")).expanduser()
+
+
+def _where() -> str:
+    set_to = os.environ.get(CACHE_VARIABLE)
+    return f"${CACHE_VARIABLE} is {set_to!r}" if set_to is not None else \
+        f"${CACHE_VARIABLE} is not set, so the default {cache_root()}"
 
 
 def cache_dir(*parts: str) -> Path:
-    """ctrlsim's cache folder ($CTRLSIM_CACHE, else ~/.cache/ctrlsim), created on use."""
-    root = Path(os.environ.get("CTRLSIM_CACHE", Path.home() / ".cache" / "ctrlsim"))
-    path = root.joinpath(*parts)
-    path.mkdir(parents=True, exist_ok=True)
+    """A folder in ctrlsim's cache folder (`cache_root()`), created on use; one that cannot be
+    created is a `CacheUnwritableError` naming it and $CTRLSIM_CACHE."""
+    path = cache_root().joinpath(*parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        problem = f"cannot create this cache folder ({exc.strerror or exc}; {_where()})"
+        raise CacheUnwritableError(path, f"{problem}; point ${CACHE_VARIABLE} at a writable folder") from None
     return path
+
+
+def check_cache_writable(uses: Mapping[str, str]) -> None:
+    """Before any unit runs: every cache subfolder a run will write (`uses`: subfolder -> what the
+    run keeps there) can be created and written, else one `ConfigError` naming the folder, what
+    needs it and $CTRLSIM_CACHE. A run with nothing to keep (`uses` empty) never touches the cache."""
+    import tempfile
+
+    for part, needed_for in uses.items():
+        folder = cache_root() / part
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=folder).close()  # a real write: access() says yes to root on ro mounts
+        except OSError as exc:
+            raise ConfigError(
+                f"the cache folder {folder} cannot be written ({exc.strerror or exc}); this run keeps "
+                f"{needed_for} there. {_where()}: point {CACHE_VARIABLE} at a writable folder") from None
 
 
 def package_dir(module: str) -> Path | None:

@@ -4,7 +4,10 @@ Two real runtimes: sentence-transformers (MiniLM, BGE, mxbai; by name or path)
 and a plain transformers encoder with mean or pooled output (TwHIN-BERT is a
 plain BERT, not a sentence-transformers model). Embeddings are cached on disk
 by (encoder identity, text) so repeated item catalogues cost nothing, and the
-weights load only when a text is in neither cache.
+weights load only when a text is in neither cache. The disk cache opens on the
+first text the memory cache lacks; where its folder ($CTRLSIM_CACHE/embeddings)
+cannot be written the encoder warns (`CacheUnavailableWarning`) and keeps its
+embeddings in memory only. A vector another run stored first is the one used.
 
 Spec: a bundled/alias name (minilm, bge, twhin-bert, mxbai), `st:<id|path>`,
 `hf:<id|path>[#mean|#pooler|#cls]`, or a bare path / hub id.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +28,13 @@ from ctrlsim.backends._torch import default_device, import_torch, torch_threads
 from ctrlsim.backends.bundled import BUNDLED_ENCODERS, bundled_encoder_path, cache_dir
 from ctrlsim.backends.cache import SqliteStore
 from ctrlsim.backends.hub import resolve_model
-from ctrlsim.errors import ConfigError, MissingDependencyError, ModelNotFoundError
+from ctrlsim.errors import (
+    CacheUnavailableWarning,
+    CacheUnwritableError,
+    ConfigError,
+    MissingDependencyError,
+    ModelNotFoundError,
+)
 from ctrlsim.lazy import lazy
 
 BGE_QUERY = "Represent this sentence for searching relevant passages: "
@@ -75,10 +85,28 @@ class Encoder(ABC):
         self.name, self.spec = name, spec
         self.threads, self.batch_size = threads, batch_size
         self._memory: dict[str, np.ndarray] = {}
-        self._disk = None
-        if cache:
+        self._use_disk = cache
+        self._disk_opened = False
+        self._disk_store: EmbeddingCache | None = None
+
+    @property
+    def _disk(self) -> EmbeddingCache | None:
+        """The disk cache, opened on first use (a run whose texts are all in memory never opens it);
+        None when caching is off or its folder cannot be written (then a warning, once)."""
+        if self._use_disk and not self._disk_opened:
+            self._disk_opened = True
             slug = hashlib.sha256(self.cache_identity().encode()).hexdigest()[:16]
-            self._disk = EmbeddingCache(cache_dir("embeddings") / f"{name.replace('/', '_')}-{slug}.sqlite")
+            try:
+                self._disk_store = EmbeddingCache(cache_dir("embeddings")
+                                                  / f"{self.name.replace('/', '_')}-{slug}.sqlite")
+            except CacheUnwritableError as exc:
+                warnings.warn(CacheUnavailableWarning(
+                    f"{exc}; embeddings of {self.name} are kept in memory only this run"), stacklevel=3)
+        return self._disk_store
+
+    @_disk.setter
+    def _disk(self, store: EmbeddingCache | None) -> None:
+        self._disk_opened, self._disk_store = True, store
 
     @property
     def identity(self) -> dict:
@@ -133,9 +161,9 @@ class Encoder(ABC):
                 for start in range(0, len(todo_texts), self.batch_size):
                     chunks.append(_normalise(self._embed(todo_texts[start:start + self.batch_size])))
             fresh = dict(zip(todo_keys, np.concatenate(chunks)))
+            if self._disk is not None:  # the stored vector wins (another run may have written it first)
+                fresh = self._disk.put_many(fresh)
             self._memory.update(fresh)
-            if self._disk is not None:
-                self._disk.put_many(fresh)
         return np.stack([self._memory[k] for k in keys])
 
 

@@ -9,6 +9,11 @@ response cache; runtimes implement only `_generate` and `_digit_logprobs`.
 `chat` takes one seed per conversation when asked (`seed=[...]`): the base class then calls
 `_generate` once per group of conversations with identical parameters, so every runtime sees
 one `GenerationParams` (one seed) per call.
+
+With a response cache, a fresh result is stored and then the value the cache holds is used: the
+first stored value of a key wins (`ctrlsim.backends.cache`), so when another run sharing the cache
+stored its reply for the same call first, this run uses that reply (and its token counts), and a
+rerun from the cache replays exactly what the first run used.
 """
 from __future__ import annotations
 
@@ -34,11 +39,12 @@ RATING_DIGITS = tuple(str(d) for d in range(6))
 
 @dataclass
 class Completion:
-    """One generated reply and what it cost."""
+    """One generated reply and what it cost. A count the runtime did not report (an OpenAI-compatible
+    server without `usage`) is None, unknown, never 0; the cache stores and replays it as null."""
 
     text: str
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
     finish_reason: str = "stop"
     cached: bool = False
 
@@ -51,10 +57,11 @@ class Completion:
 
 @dataclass
 class DigitScores:
-    """Log-probabilities of the digit tokens at the rated position, and the prompt length."""
+    """Log-probabilities of the digit tokens at the rated position, and the prompt length (None
+    when the runtime did not report it)."""
 
     logprobs: np.ndarray  # (len(RATING_DIGITS),), -inf where a digit got no mass
-    prompt_tokens: int
+    prompt_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,22 @@ def digit_logprobs_from_logits(logits: np.ndarray, digit_ids: list[list[int]]) -
 
 T = TypeVar("T")
 
+RATE_FIELDS = ("logprobs", "prompt_tokens")  # what the cache stores for one `rate` position
+NO_MASS = -1e30  # a digit's stored log-prob when it got no mass (JSON has no -inf); read back as -inf
+
+
+def _has_fields(fields: tuple[str, ...]):
+    """A check for cached values: a dict with exactly `fields`."""
+    def check(value) -> bool:
+        return isinstance(value, dict) and set(value) == set(fields)
+    return check
+
+
+def _scores_from_cache(value: dict) -> DigitScores:
+    """A cached `rate` value as `DigitScores`; a stored no-mass digit is -inf again, as when fresh."""
+    logprobs = np.array(value["logprobs"], dtype=np.float64)
+    return DigitScores(np.where(logprobs <= NO_MASS, -np.inf, logprobs), value["prompt_tokens"])
+
 
 def _all_filled(slots: list[T | None]) -> list[T]:
     """The results once cache hits and fresh replies have filled every slot."""
@@ -263,7 +286,11 @@ class LLM(ABC):
             store = {cache_keys[i]: completion.to_dict() for i, completion in zip(todo, fresh)
                      if i in cache_keys}
             if self.cache is not None and store:
-                self.cache.put_many(store)
+                # What the cache holds is what this call returns (another run's reply may be first).
+                held = self.cache.put_many(store, valid=_has_fields(Completion.FIELDS))
+                for i in todo:
+                    if i in cache_keys:
+                        results[i] = Completion(**held[cache_keys[i]], cached=False)
         completions = _all_filled(results)
         for completion, key in zip(completions, keys):
             self.meter.add(completion.prompt_tokens, completion.completion_tokens, key=key,
@@ -301,8 +328,8 @@ class LLM(ABC):
         scores: list[DigitScores | None] = [None] * len(conversations)
         cached_flags = [False] * len(conversations)
         cache_keys = self._cache_keys("rate", conversations, {"prefix": prefix})
-        for i, value in self._cached(cache_keys, ("logprobs", "prompt_tokens")).items():
-            scores[i] = DigitScores(np.array(value["logprobs"], dtype=np.float64), value["prompt_tokens"])
+        for i, value in self._cached(cache_keys, RATE_FIELDS).items():
+            scores[i] = _scores_from_cache(value)
             cached_flags[i] = True
         todo = [i for i, s in enumerate(scores) if s is None]
         if todo:
@@ -310,10 +337,13 @@ class LLM(ABC):
             for i, s in zip(todo, fresh):
                 scores[i] = s
             if self.cache is not None:
-                self.cache.put_many({cache_keys[i]: {"logprobs": [float(x) if np.isfinite(x) else -1e30
-                                                                   for x in s.logprobs],
-                                                     "prompt_tokens": s.prompt_tokens}
-                                     for i, s in zip(todo, fresh)})
+                # What the cache holds is what this call uses (another run's scores may be first).
+                store = {cache_keys[i]: {"logprobs": [float(x) if np.isfinite(x) else NO_MASS
+                                                      for x in s.logprobs],
+                                         "prompt_tokens": s.prompt_tokens} for i, s in zip(todo, fresh)}
+                held = self.cache.put_many(store, valid=_has_fields(RATE_FIELDS))
+                for i in todo:
+                    scores[i] = _scores_from_cache(held[cache_keys[i]])
         filled = _all_filled(scores)
         for s, key, cached in zip(filled, keys, cached_flags):
             self.meter.add(s.prompt_tokens, 1, key=key, cached=cached)
@@ -350,8 +380,8 @@ class LLM(ABC):
         if self.cache is None:
             return {}
         found = self.cache.get_many(cache_keys)
-        good = {i: found[k] for i, k in enumerate(cache_keys)
-                if k in found and isinstance(found[k], dict) and set(found[k]) == set(fields)}
+        has_fields = _has_fields(fields)
+        good = {i: found[k] for i, k in enumerate(cache_keys) if k in found and has_fields(found[k])}
         malformed = sum(1 for k in cache_keys if k in found) - len(good)
         if malformed:
             warnings.warn(CacheCorruptionWarning(

@@ -1,4 +1,9 @@
-"""Token accounting: every LLM call adds its prompt and completion tokens here."""
+"""Token accounting: every LLM call adds its prompt and completion tokens here.
+
+A call whose runtime did not report its counts (an OpenAI-compatible server that sends no
+`usage`) adds None: it is counted in `Usage.unknown_calls`, its tokens are unknown, and every
+total it belongs to is a lower bound that tables show as unknown (`unknown_tokens`), never as 0.
+"""
 from __future__ import annotations
 
 import threading
@@ -9,19 +14,44 @@ from dataclasses import asdict, dataclass
 @dataclass
 class Usage:
     """Token totals. `cached_calls` counts calls answered from the response cache
-    (their tokens are still counted, so a resumed run reports the same totals)."""
+    (their tokens are still counted, so a resumed run reports the same totals). `unknown_calls`
+    counts calls whose token counts were not reported (a cached reply of such a call replays the
+    same): the totals then hold only the counts that were reported, a lower bound.
+
+    `to_dict()` includes `unknown_calls` only when it is non-zero, so the records of runs where
+    every count is known stay byte-identical to those written before the field existed."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
     cached_calls: int = 0
+    unknown_calls: int = 0
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    @property
+    def known(self) -> bool:
+        """Whether every call's counts were reported (the totals are exact, not lower bounds)."""
+        return not self.unknown_calls
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "total_tokens": self.total_tokens}
+        out = {**asdict(self), "total_tokens": self.total_tokens}
+        if not self.unknown_calls:
+            del out["unknown_calls"]
+        return out
+
+
+def unknown_tokens(unknown_calls: int, calls: int | None = None, known: int | float = 0, *,
+                   at_least: bool = False) -> str:
+    """How a table shows a token figure some of whose calls had no counts: "unknown (3 of 40 calls
+    without counts)", or "≥1,234 + unknown (...)" when `known` counted tokens are a lower bound;
+    `at_least`: `unknown_calls` is itself a lower bound ("≥3 calls")."""
+    of = f" of {calls:,}" if calls is not None else ""
+    plural = "s" if (calls if calls is not None else unknown_calls) != 1 or at_least else ""
+    note = f"{'≥' if at_least else ''}{unknown_calls:,}{of} call{plural} without counts"
+    return f"≥{known:,.0f} + unknown ({note})" if known else f"unknown ({note})"
 
 
 class TokenMeter:
@@ -32,15 +62,18 @@ class TokenMeter:
         self._total = Usage()
         self._by_key: dict[str, Usage] = defaultdict(Usage)
 
-    def add(self, prompt_tokens: int, completion_tokens: int, *, key: str | None = None,
+    def add(self, prompt_tokens: int | None, completion_tokens: int | None, *, key: str | None = None,
             cached: bool = False) -> None:
+        """One call; a count given as None was not reported: the call is one of `unknown_calls`."""
+        unknown = prompt_tokens is None or completion_tokens is None
         with self._lock:
             targets = [self._total] + ([self._by_key[str(key)]] if key is not None else [])
             for usage in targets:
-                usage.prompt_tokens += int(prompt_tokens)
-                usage.completion_tokens += int(completion_tokens)
+                usage.prompt_tokens += int(prompt_tokens or 0)
+                usage.completion_tokens += int(completion_tokens or 0)
                 usage.calls += 1
                 usage.cached_calls += int(cached)
+                usage.unknown_calls += int(unknown)
 
     @property
     def total(self) -> Usage:

@@ -8,7 +8,8 @@ to the replica with the fewest requests in flight.
   `max_concurrency` requests at a time; the server batches them (vLLM's continuous
   batching, llama.cpp's parallel slots, or one replica each). Replies come back in the
   batch's order, so metering and the response cache work as for any runtime.
-* **Faults.** Timeouts (`timeout` seconds per request), refused or dropped connections, HTTP
+* **Faults.** Timeouts (`timeout` seconds for the whole request: connect, send and the whole
+  reply, however slowly a server trickles it), refused or dropped connections, HTTP
   408, 409, 429 and 5xx are retried `retries` times with exponential backoff from `backoff`
   seconds (a server's `Retry-After` is honoured), each retry on the least busy replica; after
   that a `BackendUnavailableError` names the server and the cause. Other HTTP errors (400,
@@ -17,6 +18,9 @@ to the replica with the fewest requests in flight.
   has no `choices`, or no logprobs where they were asked for is a `ServerResponseError`.
   None of these is an `LLMOutputError`: they fail the unit, never a single probe (see
   `ctrlsim.errors`).
+* **Ctrl-C** during a batch cancels its requests in flight at once (`http_deadline`): the pool
+  is shut down without waiting and the httpx clients are closed (fresh ones serve later calls).
+* **Token counts** a reply does not carry (no `usage`) are None, unknown, never a made-up 0.
 * **Ratings.** Chat templates are applied by the server, so a rating prompt cannot end
   inside the assistant turn; instead the last user message asks for a single digit and the
   digit distribution is read from the first token's `top_logprobs`. Servers that return no
@@ -36,7 +40,6 @@ import math
 import os
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -117,7 +120,7 @@ class OpenAICompatLLM(LLM):
         for name, seconds in (("timeout", timeout), ("backoff", backoff), ("max_backoff", max_backoff)):
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {seconds!r}")
-        openai = import_openai()
+        import_openai()  # the missing `serve` extra is named before anything else is built
         self.timeout = float(timeout)
         self.top_logprobs = top_logprobs
         self.max_concurrency = max_concurrency
@@ -126,9 +129,11 @@ class OpenAICompatLLM(LLM):
         self.max_backoff = float(max_backoff)
         # A server without authentication ignores the key; the client insists on having one.
         api_key = os.environ.get(api_key_env) or "no-key"
-        # The client's own retries are off: ours spread retries over replicas and end in a ModelError.
-        self._replicas = [_Replica(url, openai.OpenAI(base_url=url, api_key=api_key, timeout=self.timeout,
-                                                      max_retries=0)) for url in urls]
+        from ctrlsim.backends.http_deadline import RequestScope
+
+        self._api_key = api_key
+        self._scope = RequestScope()  # each request's deadline and cancel event, per thread
+        self._replicas = [_Replica(url, self._client(url)) for url in urls]
         self._lock = threading.Lock()
         self._turn = itertools.count()
         if schema_style not in SCHEMA_STYLES:
@@ -158,6 +163,21 @@ class OpenAICompatLLM(LLM):
         for replica in self._replicas:
             replica.client.close()
 
+    def _client(self, url: str):
+        """An `openai.OpenAI` client for `url` whose requests end by their deadline (`timeout`)."""
+        from ctrlsim.backends.http_deadline import DeadlineHttpClient
+
+        openai = import_openai()
+        # The client's own retries are off: ours spread retries over replicas and end in a ModelError.
+        return openai.OpenAI(base_url=url, api_key=self._api_key, timeout=self.timeout, max_retries=0,
+                             http_client=DeadlineHttpClient(self._scope, timeout=self.timeout))
+
+    def _renew_clients(self) -> None:
+        """Close every client (their sockets with them) and give each replica a fresh one."""
+        for replica in self._replicas:
+            old, replica.client = replica.client, self._client(replica.url)
+            old.close()
+
     # ----------------------------------------------------------- transport
     def _acquire(self) -> _Replica:
         with self._lock:
@@ -183,16 +203,21 @@ class OpenAICompatLLM(LLM):
 
     def _call(self, path: str, send: Callable[[Any], Any]) -> dict:
         """`send(client)` on the least busy replica, retried on transient faults; the reply's JSON."""
+        from ctrlsim.redact import redact_secrets
+
         openai = import_openai()
         error: Exception | None = None
-        url = self._replicas[0].url
+        url = redact_secrets(self._replicas[0].url)  # what messages name: credentials cut out
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(self._delay(attempt, error))
+                self._sleep(self._delay(attempt, error))
+            if self._scope.cancelled:
+                raise ModelError(f"{self.base_url}{path}: request cancelled")
             replica = self._acquire()
-            url = replica.url
+            url = redact_secrets(replica.url)
             try:
-                raw = send(replica.client)
+                with self._scope.bounded(self.timeout):
+                    raw = send(replica.client)
                 return self._parse_json(raw.text, url + path)
             except openai.APIStatusError as exc:
                 if not retryable_status(exc.status_code) or _is_request_validation_error(exc):
@@ -210,8 +235,16 @@ class OpenAICompatLLM(LLM):
         if isinstance(error, openai.APIStatusError):
             raise BackendUnavailableError(f"{url}{path}: HTTP {error.status_code} {tries}: "
                                           f"{_body_text(error)[:SNIPPET]!r}") from error
-        kind = "timed out" if isinstance(error, openai.APITimeoutError) else "connection failed"
-        raise BackendUnavailableError(f"cannot reach {url}{path} ({kind} {tries}): {error}") from error
+        kind = (f"timed out {tries}, each with a {self.timeout:g} s deadline for the whole request"
+                if isinstance(error, openai.APITimeoutError) else f"connection failed {tries}")
+        raise BackendUnavailableError(f"cannot reach {url}{path} ({kind}): {error}") from error
+
+    def _sleep(self, seconds: float) -> None:
+        """A retry's backoff; a cancelled batch's worker thread wakes at once."""
+        if self._scope.cancel is None:
+            time.sleep(seconds)
+        else:
+            self._scope.cancel.wait(seconds)
 
     @staticmethod
     def _parse_json(text: str, where: str) -> dict:
@@ -250,17 +283,11 @@ class OpenAICompatLLM(LLM):
         return choices[0], _checked_usage(data.get("usage"), where)
 
     def _concurrently(self, fn: Callable[[T], R], items: list[T]) -> list[R]:
-        """`[fn(x) for x in items]`, at most `max_concurrency` at a time; the first error cancels the rest."""
-        if len(items) <= 1 or self.max_concurrency == 1:
-            return [fn(x) for x in items]
-        pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items)),
-                                  thread_name_prefix="ctrlsim-openai")
-        futures = [pool.submit(fn, x) for x in items]
-        try:
-            wait(futures, return_when=FIRST_EXCEPTION)
-            return [f.result() for f in futures]
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        """`[fn(x) for x in items]`, at most `max_concurrency` at a time; the first error cancels the
+        requests not yet sent, and an interrupt (Ctrl-C) those in flight too, closing the clients."""
+        from ctrlsim.backends.http_deadline import concurrent_map
+
+        return concurrent_map(fn, items, self.max_concurrency, self._scope, on_interrupt=self._renew_clients)
 
     # ------------------------------------------------------------- runtime
     @staticmethod
@@ -298,8 +325,9 @@ class OpenAICompatLLM(LLM):
                     choice, usage = self._chat_completion(body)
             else:
                 choice, usage = self._chat_completion(body)
-            return Completion(choice["message"].get("content") or "", int(usage.get("prompt_tokens") or 0),
-                              int(usage.get("completion_tokens") or 0), choice.get("finish_reason") or "stop")
+            # A count the server did not send stays None (unknown), never 0.
+            return Completion(choice["message"].get("content") or "", usage.get("prompt_tokens"),
+                              usage.get("completion_tokens"), choice.get("finish_reason") or "stop")
 
         return self._concurrently(one, list(zip(conversations, params)))
 
@@ -321,7 +349,7 @@ class OpenAICompatLLM(LLM):
                 if token in RATING_DIGITS:
                     k = RATING_DIGITS.index(token)
                     digit[k] = np.logaddexp(digit[k], entry["logprob"])
-            return DigitScores(digit, int(usage.get("prompt_tokens") or 0))
+            return DigitScores(digit, usage.get("prompt_tokens"))  # None when the server sent no count
 
         return self._concurrently(one, conversations)
 
@@ -329,8 +357,9 @@ class OpenAICompatLLM(LLM):
 def _checked_usage(usage: Any, where: str) -> dict:
     """The reply's token counts: non-negative integers, or a `ServerResponseError` naming the field.
 
-    A reply without `usage` (or without one of its counts) counts as 0, as before: servers that send
-    none exist, and the tables cannot yet mark a count unknown."""
+    A count the reply does not carry (no `usage`, or no `prompt_tokens` / `completion_tokens` in it)
+    is left out: servers that send none exist, and what they did not send is unknown, not 0 (the
+    meter counts such a call in `Usage.unknown_calls` and the tables show its tokens as unknown)."""
     if usage is None:
         return {}
     if not isinstance(usage, dict):

@@ -46,3 +46,17 @@ def check_llm_spec(spec: object, *, name: str = "llm") -> None:
                                  f"({', '.join(sorted(BUNDLED_LLMS))}), a path, a hub id (org/name) or a "
                                  "URL; "
                                  f"runtimes: {', '.join(RUNTIMES)}")
+
+
+def llm_cache_uses(spec: str | None) -> dict[str, str]:
+    """The cache subfolders loading LLM `spec` writes: a bundled model is assembled or verified in
+    `models/`; a file, a hub id or a server needs nothing there (nothing is loaded here)."""
+    from ctrlsim.backends.bundled import BUNDLED_LLMS
+    from ctrlsim.backends.specs import parse_spec
+
+    if not isinstance(spec, str):
+        return {}
+    _, target = parse_spec(spec.strip())
+    if target in BUNDLED_LLMS:
+        return {"models": f"the bundled LLM {target} (assembled or verified once)"}
+    return {}

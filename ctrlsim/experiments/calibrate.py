@@ -35,7 +35,18 @@ from typing import Any
 
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.calibrate_units import PROTOCOL_CONFIG, check_data, run_unit, unit_key
-from ctrlsim.experiments.config import check_choice, check_range, config_to_dict
+from ctrlsim.experiments.config import (
+    MAX_AGENTS,
+    MAX_ITEMS,
+    MAX_ROUNDS,
+    MAX_SEED,
+    MAX_SLATE,
+    MAX_USERS,
+    bound,
+    check_choice,
+    check_range,
+    config_to_dict,
+)
 from ctrlsim.experiments.runner import ProgressPayload, Runner, payload_with_progress
 
 DEFAULT_OUT = "results/calibrate"
@@ -69,7 +80,7 @@ class CalibrateConfig:
     dials: tuple[float, ...] = field(default=DEFAULT_DIALS, metadata=_help(
         "the lambda grid, values in [0, 1]"))
     seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata=_help(
-        "seeds (users sampled, probes, ties); each adds observations"))
+        f"seeds (users sampled, probes, ties); each adds observations ({bound(MAX_SEED)})"))
     compare: tuple[str, ...] = field(default=(), metadata=_help(
         "real boxes to place on the dial's scale (ctrlbench: make_recommender names; steereval: llm, "
         "embedding; promptshift: LLM specs)"))
@@ -82,20 +93,24 @@ class CalibrateConfig:
         "(ctrlbench) target sets: a tag or a '+' union of tags"))
     agents: tuple[int, ...] = field(default=(4, 1), metadata=_help(
         "(ctrlbench) K_large,K_small; one probe by default, so the target-seeking reference measures the "
-        "box, not the diversity of identical probes (docs/calibration.md)"))
-    rounds: int = field(default=4, metadata=_help("(ctrlbench) interaction rounds per episode"))
+        f"box, not the diversity of identical probes (docs/calibration.md; {bound(MAX_AGENTS)})"))
+    rounds: int = field(default=4, metadata=_help(
+        f"(ctrlbench) interaction rounds per episode ({bound(MAX_ROUNDS)})"))
     slate_size: int = field(default=3, metadata=_help(
         "(ctrlbench) items per slate, the same for every box: a compared box is on the dial's scale only "
-        "at the dial's slate size (ctrlbench itself gives narm 20)"))
+        f"at the dial's slate size (ctrlbench itself gives narm 20; {bound(MAX_SLATE)})"))
     tags: tuple[str, ...] = field(default=("Action", "Comedy", "Romance", "Thriller"), metadata=_help(
         "(steereval) tags to steer"))
     users: int = field(default=5, metadata=_help(
-        "(steereval) users per tag; (promptshift) users sampled per seed"))
-    pool_size: int = field(default=100, metadata=_help("(steereval) items ranked per scenario"))
+        f"(steereval) users per tag; (promptshift) users sampled per seed ({bound(MAX_USERS)})"))
+    pool_size: int = field(default=100, metadata=_help(
+        f"(steereval) items ranked per scenario ({bound(MAX_ITEMS)})"))
     scenarios: tuple[str, ...] = field(default=("gender", "age", "gender_age"), metadata=_help(
         "(promptshift) identity-cue scenarios"))
-    n_candidates: int = field(default=30, metadata=_help("(promptshift) N, items per generated list"))
-    k: int = field(default=20, metadata=_help("(promptshift) K, the evaluated list length"))
+    n_candidates: int = field(default=30, metadata=_help(
+        f"(promptshift) N, items per generated list ({bound(MAX_SLATE)})"))
+    k: int = field(default=20, metadata=_help(
+        f"(promptshift) K, the evaluated list length ({bound(MAX_SLATE)})"))
     cache: bool = field(default=True, metadata=_help(
         "cache LLM replies and personas (ctrlbench episodes in ctrlbench's cache, the rest under "
         "$CTRLSIM_CACHE/calibrate; replays are free)"))
@@ -114,15 +129,20 @@ class CalibrateConfig:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
         for s in self.seeds:
-            check_range("seeds", s, low=0)
+            check_range("seeds", s, low=0, high=MAX_SEED)
         for option in self.dial_options:
             key, sep, value = option.partition("=")
             if not sep or not key or not value or ":" in option or "|" in option:
                 raise ConfigError(f"dial_options: {option!r} is not key=value")
         if len(set(self.compare)) != len(self.compare):
             raise ConfigError(f"compare: a box is given more than once in {list(self.compare)}")
-        for name in ("rounds", "users", "n_candidates", "k"):
-            check_range(name, getattr(self, name), low=1)
+        # Every count is bounded here, whichever protocol reads it (the protocol's own config checks
+        # only the fields it takes).
+        for name, high in (("rounds", MAX_ROUNDS), ("users", MAX_USERS), ("n_candidates", MAX_SLATE),
+                           ("k", MAX_SLATE), ("slate_size", MAX_SLATE), ("pool_size", MAX_ITEMS)):
+            check_range(name, getattr(self, name), low=1, high=high)
+        for k in self.agents:
+            check_range("agents", k, low=1, high=MAX_AGENTS)
         if self.k > self.n_candidates:
             raise ConfigError(f"k ({self.k}) must not exceed n_candidates ({self.n_candidates})")
         self._check_methods()
@@ -218,7 +238,11 @@ def calibrate_unit(unit: ProgressPayload, key: str) -> dict:
 
 
 def _check(ctx) -> None:
+    from ctrlsim.backends.bundled import check_cache_writable
+    from ctrlsim.experiments.calibrate_units import cache_uses
+
     check_data(ctx.config)
+    check_cache_writable(cache_uses(ctx.config))  # an unwritable $CTRLSIM_CACHE fails now, not per unit
 
 
 def _plan(ctx, finished) -> list[str]:

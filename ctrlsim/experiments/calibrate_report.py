@@ -257,8 +257,18 @@ def cost_table(config, records: Mapping[str, dict]) -> str:
                     cell[f"{key}_{sub}"] += v
     keys = sorted({k for cell in sums.values() for k in cell} - {"units", "seconds"})
     rows = [[method, family, f"{int(cell['units'])}", f"{cell['seconds']:.1f}",
-             *(f"{cell.get(k, 0):g}" for k in keys)] for (method, family), cell in sorted(sums.items())]
+             *(_cost_cell(cell, k) for k in keys)] for (method, family), cell in sorted(sums.items())]
     return github_table(rows, ["Method", "Boxes", "Units", "Seconds", *keys])
+
+
+def _cost_cell(cell: Mapping[str, float], key: str) -> str:
+    """A cost figure; token sums with calls whose server sent no counts are lower bounds, shown so."""
+    from ctrlsim.backends.meter import unknown_tokens
+
+    unknown = int(cell.get("tokens_unknown_calls", 0) + cell.get("unknown_calls", 0))
+    if unknown and "tokens" in key and not key.endswith("unknown_calls"):
+        return unknown_tokens(unknown, known=cell.get(key, 0))
+    return f"{cell.get(key, 0):g}"
 
 
 def render_tables(config, records: Mapping[str, dict]) -> str:

@@ -69,9 +69,48 @@ def _lambda(box: str) -> float | None:
 
 
 def _llm_cache(config: CalibrateConfig) -> str | None:
-    from ctrlsim.backends.bundled import cache_dir
+    """The response cache's path (nothing is created: the cache makes its folder when it opens)."""
+    from ctrlsim.backends.bundled import cache_root
 
-    return str(cache_dir("calibrate") / "llm-responses.sqlite") if config.cache else None
+    return str(cache_root() / "calibrate" / "llm-responses.sqlite") if config.cache else None
+
+
+def _steereval_needs_llm(method: str, box: str) -> bool:
+    from ctrlsim.experiments.steereval_units import CONDITIONS
+
+    intervention = CONDITIONS[STEEREVAL_CONDITION[method]].intervention
+    return intervention in ("llm-append", "llm-rewrite") or box == "llm"
+
+
+def cache_uses(config: CalibrateConfig) -> dict[str, str]:
+    """What the calibration keeps under $CTRLSIM_CACHE (subfolder -> what), for the up-front check:
+    ctrlbench units what their episodes keep (`ctrlbench.cache_uses`); LLM units of the other
+    protocols their replies (with --cache) and a bundled LLM. Dial boxes and token-free methods
+    need nothing there."""
+    uses: dict[str, str] = {}
+    boxes = config.boxes()
+    if config.protocol == "ctrlbench":
+        from ctrlsim.experiments.ctrlbench import cache_uses as episode_uses
+
+        for method in config.all_methods:
+            for box in boxes:
+                episode = ctrlbench_config(config, method, box, config.seeds[0])
+                for part, what in episode_uses(episode).items():
+                    uses.setdefault(part, what)
+        return uses
+    if config.protocol == "steereval":
+        needs = any(_steereval_needs_llm(m, b) for m in config.all_methods for b in boxes)
+        llms = [config.llm] if needs else []
+    else:  # promptshift: every box that is not a dial is an LLM
+        llms = [b for b in boxes if not is_dial(b)]
+    if llms:
+        from ctrlsim.backends.spec_check import llm_cache_uses
+
+        for spec in llms:
+            uses.update(llm_cache_uses(spec))
+        if config.cache:
+            uses["calibrate"] = f"the LLM replies of {', '.join(llms)} (--cache false keeps none)"
+    return uses
 
 
 # ----------------------------------------------------------------------------- up-front checks
@@ -179,7 +218,7 @@ def steereval_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
     cfg = steereval_config(config, method, box, seed)
     data, scenarios = _steereval_scenarios(cfg)
     cond = dataclasses.replace(CONDITIONS[STEEREVAL_CONDITION[method]], ranker=box)
-    needs_llm = cond.intervention in ("llm-append", "llm-rewrite") or box == "llm"
+    needs_llm = _steereval_needs_llm(method, box)
     model: Any = cached_llm(config.llm, _llm_cache(config)) if needs_llm else config.llm
     policy = intervention_policy(cond, model)
     env = make_env(cfg, data, cond, model)
@@ -197,6 +236,8 @@ def steereval_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
         total = model.meter.total
         details["tokens"] = {"prompt": total.prompt_tokens - start.prompt_tokens,
                              "completion": total.completion_tokens - start.completion_tokens}
+        if total.unknown_calls - start.unknown_calls:  # calls whose server sent no counts
+            details["tokens"]["unknown_calls"] = total.unknown_calls - start.unknown_calls
     engine = env.engine
     return {"values": {"delta_auc": values}, "known": {}, "details": details,
             "box_identity": engine.recommender().identity,

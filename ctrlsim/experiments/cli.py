@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from ctrlsim.errors import CtrlsimError
+from ctrlsim.errors import CtrlsimError, RunInterrupted
 from ctrlsim.experiments.runner import RUNNER_MODULES
 
 
@@ -85,7 +85,24 @@ def build_parser() -> argparse.ArgumentParser:
 PROTOCOLS = RUNNER_MODULES
 
 
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0 done, 1 some units failed, 2 a bad value, 130 interrupted by Ctrl-C (one line
+    on stderr says what is stored where; the same command resumes)."""
+    try:
+        return _main(argv)
+    except RunInterrupted as exc:
+        message = str(exc)
+    except KeyboardInterrupt:  # before the run's units started, or while its tables were written
+        message = "interrupted; finished units stay stored, and rerunning the same command resumes"
+    # Printed once the interrupted frames are gone (a progress bar they held has closed by now).
+    print(f"ctrlsim: {message}", file=sys.stderr, flush=True)
+    return INTERRUPTED_EXIT
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv and argv[0] in RUNNER_MODULES:

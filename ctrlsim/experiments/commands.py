@@ -4,7 +4,9 @@ Every runner gets the same flags: one per config field (generated from its datac
 options (`--out`, `--overwrite`, `--executor`, ...), `--config FILE` (start from the config of an
 earlier run's `config.json`; flags given as well override it) and, where the runner has presets,
 `--preset NAME`. Exit status: 0 when every unit finished, 1 when some failed (they are listed,
-nothing of theirs is stored, a rerun retries them), 2 for a bad value (nothing ran).
+nothing of theirs is stored, a rerun retries them), 2 for a bad value (nothing ran), 130 when
+Ctrl-C stopped the run (one line says how many finished units are stored where; the same command
+resumes).
 """
 from __future__ import annotations
 

@@ -47,6 +47,9 @@ class RunOptions:
     out: str | None = field(default=None, metadata={"help": "run folder (config.json, records.jsonl, "
                                                             "tables.md, figures/); rerun to resume"})
     overwrite: bool = field(default=False, metadata={"help": "discard an existing run folder's records"})
+    allow_code_change: bool = field(default=False, metadata={
+        "help": "resume a run folder written by other ctrlsim code or library versions (recorded in its "
+                "provenance.jsonl); changed inputs or resolved defaults are still refused"})
     executor: str = field(default="local", metadata={"help": "where units of work run",
                                                      "choices": list(EXECUTORS)})
     ray_address: str | None = field(default=None, metadata={
@@ -75,6 +78,27 @@ def check_range(name: str, value, *, low=None, high=None) -> None:
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
         raise ConfigError(f"{name} must be in {bounds}, got {value!r}")
+
+
+# Upper bounds of the counts every runner takes: far above any real experiment (the papers use at
+# most 100 probes, 20 rounds, 600 users, 100-item pools), low enough that a typo such as 1e12 fails
+# at once with exit code 2 naming the field and the bound, instead of hanging or exhausting memory.
+# Each field's help names its bound.
+MAX_AGENTS = 100_000        # probes in a population
+MAX_ROUNDS = 10_000         # interaction rounds, memory rounds, checkpoints
+MAX_MERGES = 64             # fusions (each halves the population: 2**64 probes are never there)
+MAX_SLATE = 10_000          # items per slate, per list, per cut-off
+MAX_USERS = 1_000_000       # users sampled or per tag
+MAX_ITEMS = 10_000_000      # pool sizes, history lengths, ratings a user needs, target sizes
+MAX_SAMPLES = 1_000_000     # scenarios sampled per table cell
+MAX_TOKENS = 1_048_576      # a reply budget: above every model's context window
+MAX_STATES = 1_000_000      # states a search may explore per probe (the probe ceiling keeps them)
+MAX_SEED = 2**63 - 1        # seeds stay int64, as the tables and JSON readers store them
+
+
+def bound(high: int) -> str:
+    """A field's help suffix naming its upper bound, e.g. "at most 100,000"."""
+    return f"at most {high:,}"
 
 
 def check_choice(name: str, value, choices: Iterable) -> None:

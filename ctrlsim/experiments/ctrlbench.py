@@ -31,8 +31,22 @@ from pathlib import Path
 from typing import Any
 
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments.config import RunOptions, check_choice, check_choices, check_range, config_to_dict
+from ctrlsim.experiments.config import (
+    MAX_AGENTS,
+    MAX_ITEMS,
+    MAX_ROUNDS,
+    MAX_SEED,
+    MAX_SLATE,
+    RunOptions,
+    bound,
+    check_choice,
+    check_choices,
+    check_range,
+    config_to_dict,
+)
 from ctrlsim.experiments.ctrlbench_inputs import (  # noqa: F401 - part of this runner's API
+    ROSTER_METHOD,
+    cache_uses,
     check_targets,
     load_roster,
     roster_digest,
@@ -42,7 +56,6 @@ from ctrlsim.experiments.ctrlbench_inputs import (  # noqa: F401 - part of this 
 from ctrlsim.experiments.runner import ProgressPayload, Runner, payload_with_progress
 
 DEFAULT_OUT = "results/ctrlbench"
-ROSTER_METHOD = "roster"
 # Slate sizes of the CtrlBench-Rec reference runs: 20 for NARM, 3 for the other boxes.
 PAPER_SLATE_SIZE = {"narm": 20}
 PAPER_CHECKPOINTS = (5, 10, 15, 20)
@@ -82,10 +95,12 @@ class CtrlBenchConfig:
     agents: tuple[int, ...] = field(default=(8, 2), metadata={
         "help": "K_large,K_small: probes of base-large and the evolution's start, and of base-small/random/"
                 "oracle; K_small = the super probes left after the fusions for a fair comparison "
-                "(paper: 100,26)"})
-    rounds: int = field(default=4, metadata={"help": "interaction rounds t per episode (paper: 20)"})
+                f"(paper: 100,26; {bound(MAX_AGENTS)})"})
+    rounds: int = field(default=4, metadata={
+        "help": f"interaction rounds t per episode (paper: 20; {bound(MAX_ROUNDS)})"})
     seeds: tuple[int, ...] = field(default=(0, 1), metadata={
-        "help": "seeds (users sampled, sampling, env); two at least for a confidence interval"})
+        "help": "seeds (users sampled, sampling, env); two at least for a confidence interval "
+                f"({bound(MAX_SEED)})"})
     task: str = field(default="target-discovery", metadata={
         "help": "which task's tables: target-discovery (Tables 1, 7), profile-shaping (Table 2) or "
                 "popularity (Figures 8, 9); every episode records all three", "choices": list(TASK_CHOICES)})
@@ -100,19 +115,23 @@ class CtrlBenchConfig:
                 "Base-Large's (then Base-Large >= Base-Small by construction)", "choices": list(SMALL_USERS)})
     dataset: str = field(default="ml-100k", metadata={"help": "dataset name or path"})
     slate_size: int | None = field(default=None, metadata={
-        "help": "items per slate (default: the paper's, 20 for narm and 3 for the other boxes)"})
+        "help": f"items per slate (default: the paper's, 20 for narm and 3 for the other boxes; "
+                f"{bound(MAX_SLATE)})"})
     checkpoints: tuple[int, ...] | None = field(default=None, metadata={
         "help": "rounds reported in Table 1 (default: 5,10,15,20 up to --rounds, else quarters of it)"})
     memory_rounds: int = field(default=2, metadata={
-        "help": "M, rounds of short-term memory in the prompt (the shared evaluation setting)"})
+        "help": f"M, rounds of short-term memory in the prompt (the shared evaluation setting; "
+                f"{bound(MAX_ROUNDS)})"})
     target_visible: bool = field(default=True, metadata={"help": "show the target tags to the probes"})
     temperature: float = field(default=0.0, metadata={
         "help": "probe and profile sampling temperature; 0 = greedy, batched as parallel sequences on "
                 "llama.cpp (paper: 1.0)"})
-    l_init: tuple[int, ...] = field(default=(4, 6), metadata={"help": "seed history length range L_init"})
+    l_init: tuple[int, ...] = field(default=(4, 6), metadata={
+        "help": f"seed history length range L_init ({bound(MAX_ITEMS)})"})
     like_prob: float = field(default=0.3, metadata={"help": "the random method's like probability"})
     min_target_items: int = field(default=5, metadata={
-        "help": "smallest target set accepted (coverage over fewer items moves in steps of 20%%+)"})
+        "help": "smallest target set accepted (coverage over fewer items moves in steps of 20%%+; "
+                f"{bound(MAX_ITEMS)})"})
     recommender_llm: str | None = field(default=None, metadata={
         "help": "LLM inside LLM-based boxes such as keyword-bm25 (default: the box's own)"})
     roster: str | None = field(default=None, metadata={
@@ -168,22 +187,23 @@ class CtrlBenchConfig:
         if len(self.agents) != 2 or self.agents[1] > self.agents[0]:
             raise ConfigError(f"agents must be K_large,K_small with K_small <= K_large, got {self.agents}")
         for k in self.agents:
-            check_range("agents", k, low=1)
-        check_range("rounds", self.rounds, low=1)
+            check_range("agents", k, low=1, high=MAX_AGENTS)
+        check_range("rounds", self.rounds, low=1, high=MAX_ROUNDS)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
         for s in self.seeds:
-            check_range("seeds", s, low=0)
+            check_range("seeds", s, low=0, high=MAX_SEED)
         if self.slate_size is not None:
-            check_range("slate_size", self.slate_size, low=1)
+            check_range("slate_size", self.slate_size, low=1, high=MAX_SLATE)
         for t in self.checkpoints or ():
             check_range("checkpoints", t, low=1, high=self.rounds)
-        check_range("memory_rounds", self.memory_rounds, low=0)
+        check_range("memory_rounds", self.memory_rounds, low=0, high=MAX_ROUNDS)
         check_range("temperature", self.temperature, low=0.0, high=2.0)
         if len(self.l_init) != 2 or not 1 <= self.l_init[0] <= self.l_init[1]:
             raise ConfigError(f"l_init must be low,high with 1 <= low <= high, got {self.l_init}")
+        check_range("l_init", self.l_init[1], low=1, high=MAX_ITEMS)
         check_range("like_prob", self.like_prob, low=0.0, high=1.0)
-        check_range("min_target_items", self.min_target_items, low=1)
+        check_range("min_target_items", self.min_target_items, low=1, high=MAX_ITEMS)
         if self.roster is not None and not Path(self.roster).is_file():
             raise ConfigError(f"--roster {self.roster!r}: no such file")
 
@@ -234,9 +254,11 @@ def parse_key(key: str) -> tuple[str, str, str, int]:
 # ----------------------------------------------------------------------------- shared resources
 
 def _cache_file(name: str) -> Path:
-    from ctrlsim.backends.bundled import cache_dir
+    """A file of this runner's cache folder; nothing is created (the cache creates its folder when it
+    opens, so a run that needs no LLM never touches $CTRLSIM_CACHE)."""
+    from ctrlsim.backends.bundled import cache_root
 
-    return cache_dir("ctrlbench") / name
+    return cache_root() / "ctrlbench" / name
 
 
 def _dataset(config: CtrlBenchConfig):
@@ -322,7 +344,10 @@ def episode_unit(unit: ProgressPayload, key: str) -> dict:
 
 
 def _check(ctx) -> None:
+    from ctrlsim.backends.bundled import check_cache_writable
+
     check_targets(ctx.config, _dataset(ctx.config))  # bad targets and rosters fail before any model loads
+    check_cache_writable(cache_uses(ctx.config))  # an unwritable $CTRLSIM_CACHE fails now, not per episode
 
 
 def _identity(ctx) -> dict:
@@ -330,6 +355,20 @@ def _identity(ctx) -> dict:
     if ctx.config.roster is not None:
         stored["roster_sha256"] = roster_digest(ctx.config.roster)
     return stored
+
+
+def _resolved(ctx) -> dict:
+    """Open fields as the units resolve them: the slate size per box, the LLM inside an LLM box."""
+    config = ctx.config
+    resolved: dict = {"slate_size": {box: config.slate_for(box) for box in config.recommenders}}
+    if "keyword-bm25" in config.recommenders:
+        import inspect
+
+        from ctrlsim.recommenders.keyword_bm25 import KeywordBM25Recommender
+
+        default = inspect.signature(KeywordBM25Recommender.__init__).parameters["llm"].default
+        resolved["recommender_llm"] = {"keyword-bm25": config.recommender_llm or default}
+    return resolved
 
 
 def _from_identity(identity) -> CtrlBenchConfig:
@@ -373,7 +412,7 @@ def _figures(ctx, records) -> None:
 
 RUNNER = Runner(name="ctrlbench", config_cls=CtrlBenchConfig, description=__doc__, unit_fn=episode_unit,
                 payload=payload_with_progress, plan=_plan, report=_report, figures=_figures, check=_check,
-                identity=_identity,
+                identity=_identity, resolved=_resolved,
                 from_identity=_from_identity, on_stored=_on_stored,
                 extensible=("methods", "recommenders", "targets", "seeds"),
                 llm_fields=("llm", "recommender_llm"), presets=PRESETS, default_out=DEFAULT_OUT,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from ctrlsim.errors import ConfigError, DataError, DataFileError
 
+ROSTER_METHOD = "roster"  # the method name of a stored roster (--roster file.json)
+
 
 def target_tags(target: str) -> tuple[str, ...]:
     """The tags of a target: "War" -> ("War",), "War+Film-Noir" -> ("War", "Film-Noir")."""
@@ -71,3 +73,29 @@ def check_targets(config, dataset) -> dict[str, int]:
             except DataError as exc:
                 raise DataFileError(config.roster, f"persona {persona.probe_id!r}: {exc}") from None
     return sizes
+
+
+def cache_uses(config) -> dict[str, str]:
+    """What this run keeps under $CTRLSIM_CACHE (subfolder -> what), for the up-front check: the LLM
+    methods' replies and personas (with --cache) and evolution artefacts, a bundled LLM, and the
+    boxes' own needs. Token-free methods on boxes without an LLM or weights need nothing there."""
+    from ctrlsim.agents.methods import get_method
+    from ctrlsim.backends.spec_check import llm_cache_uses
+    from ctrlsim.recommenders.registry import cache_uses as box_cache_uses
+
+    llm_methods = [m for m in config.all_methods if m == ROSTER_METHOD or get_method(m).uses_llm]
+    evolved = [m for m in llm_methods if m != ROSTER_METHOD and getattr(
+        get_method(m).build, "__module__", "").endswith("agents.evolution.methods")]
+    uses: dict[str, str] = {}
+    if llm_methods:
+        uses.update(llm_cache_uses(config.llm))
+        kept = [f"the LLM replies and personas of {', '.join(llm_methods)} (--cache false keeps none)"
+                ] if config.cache else []
+        kept += [f"the evolution artefacts of {', '.join(evolved)}"] if evolved else []
+        if kept:
+            uses["ctrlbench"] = " and ".join(kept)
+    for box in config.recommenders:
+        for part, what in box_cache_uses(box, llm=config.recommender_llm if box == "keyword-bm25"
+                                         else None).items():
+            uses.setdefault(part, what)
+    return uses

@@ -5,7 +5,8 @@ counting only likes on recommender slates:
   coverage              |T ∩ ∪_j C_j| / |T|
   efficiency            Σ_j |C_j ∩ T| / |T ∩ ∪_j C_j|  (the paper's code; its tables use this)
   len                   (1/K) Σ_j |C_j|
-  tokens                (1/K) Σ_j Tokens_j (evaluation decisions only; setup tokens are apart)
+  tokens                (1/K) Σ_j Tokens_j (evaluation decisions only; setup tokens are apart);
+                        a cell with calls whose server sent no token counts says "unknown (...)"
 
 How a cell aggregates its episodes (one episode = one (method, box, target, seed)):
 - Coverage, Len, Tokens and the Task 2 / Task 3 figures: the mean over the cell's episodes with a
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
+from ctrlsim.backends.meter import unknown_tokens
 from ctrlsim.experiments.tables import github_table as _table
 from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, paired_comparison, ratio_ci
 
@@ -104,11 +106,29 @@ def table7(config, records: Mapping[str, dict]) -> str:
             format_estimate(curve_estimate(recs, "coverage", t), 100),
             format_estimate(efficiency_estimate(recs, t)), found_count(recs, t),
             format_estimate(curve_estimate(recs, "len", t)),
-            format_estimate(curve_estimate(recs, "tokens", t), digits=0) if llm else "0 (no LLM)",
-            format_estimate(mean_ci([r["setup_tokens"] / r["k"] for r in recs]), digits=0),
+            tokens_cell(recs, t) if llm else "0 (no LLM)",
+            setup_tokens_cell(recs),
             f"{100 * search / (search + counted):.1f}" if search + counted else "-",
         ])
     return _table(rows, header)
+
+
+def tokens_cell(recs: list[dict], t: int) -> str:
+    """Tokens at round t; "unknown (u of n calls without counts)" when a server left counts out."""
+    unknown = sum(r.get("tokens_unknown", {}).get("calls", 0) for r in recs)
+    if unknown:  # the calls of all episodes are known only where every episode lacked some counts
+        every = all("tokens_unknown" in r for r in recs)
+        return unknown_tokens(unknown, sum(r["tokens_unknown"]["of"] for r in recs) if every else None)
+    return format_estimate(curve_estimate(recs, "tokens", t), digits=0)
+
+
+def setup_tokens_cell(recs: list[dict]) -> str:
+    """Setup tokens per probe; unknown when some setup calls had no token counts (their number is a
+    lower bound: a persona served from the profile store with unknown tokens counts as one call)."""
+    unknown = sum(r.get("setup_tokens_unknown", 0) for r in recs)
+    if unknown:
+        return unknown_tokens(unknown, at_least=True)
+    return format_estimate(mean_ci([r["setup_tokens"] / r["k"] for r in recs]), digits=0)
 
 
 def _pairs(records: Mapping[str, dict], method: str, reference: str, box: str | None, t: int):

@@ -15,6 +15,10 @@ The order is fixed, so every protocol behaves the same:
 4. tables and figures are rebuilt from every finished record;
 5. failures are reported: `RunResult.failed` names each failed unit and its reason, and
    `ctrlsim.run` / the CLI turn a non-empty one into an error and a non-zero exit.
+
+Ctrl-C during the waves raises `RunInterrupted` (a `KeyboardInterrupt`) naming the folder and how
+many finished units it holds, once the executor and the folder are closed; tables are not rebuilt
+(the rerun that resumes rebuilds them). The CLI prints its message and exits 130.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ctrlsim.errors import CtrlsimError
+from ctrlsim.errors import CtrlsimError, RunInterrupted
 from ctrlsim.experiments.config import RunOptions, check_output_dir
 from ctrlsim.experiments.runner import RunContext, Runner
 
@@ -141,8 +145,10 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     identity = runner.identity(ctx)
     failed: dict[str, str] = {}
     ran = 0
+    resolved = runner.resolved(ctx) if runner.resolved is not None else {}
     with RunFolder(out, identity, overwrite=options.overwrite, extensible=runner.extensible,
-                   about={"runner": runner.name}, record_fields=runner.record_fields) as folder:
+                   about={"runner": runner.name}, record_fields=runner.record_fields, resolved=resolved,
+                   allow_code_change=options.allow_code_change) as folder:
         ctx.folder = folder
         store = folder.store
         if folder.previous is not None and show_progress:
@@ -205,6 +211,8 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                     executor = executor_from_options(options).__enter__()
                 executor.run(runner.unit_fn, runner.payload(ctx), todo, on_record,
                              progress=show_progress, desc=f"{runner.name} {runner.unit_name}")
+        except KeyboardInterrupt:  # Ctrl-C: stop now (no tables rebuilt); what finished is stored
+            raise RunInterrupted(runner.name, out, len(store)) from None
         finally:
             if executor is not None:
                 executor.close()

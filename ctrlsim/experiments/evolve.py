@@ -20,7 +20,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments.config import RunOptions, check_choice, check_choices, check_range
+from ctrlsim.experiments.config import (
+    MAX_AGENTS,
+    MAX_ITEMS,
+    MAX_MERGES,
+    MAX_ROUNDS,
+    MAX_SEED,
+    MAX_SLATE,
+    MAX_TOKENS,
+    RunOptions,
+    bound,
+    check_choice,
+    check_choices,
+    check_range,
+)
 from ctrlsim.experiments.evolve_fusion import ExecutorFusion, FusionUnitConfig, fuse_cluster_unit  # noqa: F401
 from ctrlsim.experiments.runner import RunContext, Runner
 
@@ -34,11 +47,15 @@ PROMPT_VARIANTS = ("default", "logic")
 class EvolveConfig:
     """One evolution run (everything that determines its results)."""
 
-    agents: int = field(default=100, metadata={"help": "K_init, probes in the first generation (paper: 100)"})
-    merges: int = field(default=2, metadata={"help": "E_m, cluster-debate-merge fusions (paper: 2)"})
-    rounds_per_merge: int = field(default=2, metadata={"help": "E_i, interaction rounds before each fusion"})
+    agents: int = field(default=100, metadata={
+        "help": f"K_init, probes in the first generation (paper: 100; {bound(MAX_AGENTS)})"})
+    merges: int = field(default=2, metadata={
+        "help": f"E_m, cluster-debate-merge fusions (paper: 2; {bound(MAX_MERGES)})"})
+    rounds_per_merge: int = field(default=2, metadata={
+        "help": f"E_i, interaction rounds before each fusion ({bound(MAX_ROUNDS)})"})
     eval_rounds: int = field(
-        default=20, metadata={"help": "t, evaluation rounds of the super probes (0: none)"}
+        default=20, metadata={
+            "help": f"t, evaluation rounds of the super probes (0: none; {bound(MAX_ROUNDS)})"}
     )
     llm: str = field(
         default="qwen2.5-0.5b", metadata={"help": "LLM of probes, debate and merge (load_llm spec)"}
@@ -53,7 +70,8 @@ class EvolveConfig:
         default=("Film-Noir",), metadata={"help": "target tag(s), comma-separated"}
     )
     dataset: str = field(default="ml-100k", metadata={"help": "dataset name or path"})
-    seed: int = field(default=0, metadata={"help": "seed (users sampled, K-means, sampling, envs)"})
+    seed: int = field(default=0, metadata={
+        "help": f"seed (users sampled, K-means, sampling, envs; {bound(MAX_SEED)})"})
     k_rule: str = field(
         default="halve",
         metadata={
@@ -72,17 +90,18 @@ class EvolveConfig:
         },
     )
     slate_size: int | None = field(
-        default=None, metadata={"help": "items per slate (default: 20 for narm, else 3, as in the paper)"}
+        default=None, metadata={
+            "help": f"items per slate (default: 20 for narm, else 3, as in the paper; {bound(MAX_SLATE)})"}
     )
     temperature: float = field(default=0.7, metadata={
         "help": "sampling temperature of the loop's decisions, debates and merges (seeded; paper: 1.0)"})
     memory_rounds: int = field(default=3, metadata={
-        "help": "M, rounds of short-term memory in the loop's decisions"})
+        "help": f"M, rounds of short-term memory in the loop's decisions ({bound(MAX_ROUNDS)})"})
     eval_temperature: float = field(default=0.0, metadata={
         "help": "decision temperature of the evaluation rounds (the setting `ctrlsim ctrlbench` scores "
                 "every method and roster with)"})
     eval_memory_rounds: int = field(default=2, metadata={
-        "help": "M in the evaluation rounds (ctrlbench's evaluation setting)"})
+        "help": f"M in the evaluation rounds (ctrlbench's evaluation setting; {bound(MAX_ROUNDS)})"})
     allow_search: bool = field(default=False, metadata={
         "help": "offer probes the search tool (search likes never count; the paper's evaluation: off)"})
     target_visible: bool = field(default=True, metadata={"help": "show the target tags to the probes"})
@@ -93,11 +112,15 @@ class EvolveConfig:
             "choices": list(PROMPT_VARIANTS),
         },
     )
-    l_init: tuple[int, ...] = field(default=(4, 6), metadata={"help": "seed history length range L_init"})
-    debate_max_tokens: int = field(default=160, metadata={"help": "reply budget of one debate turn"})
-    merge_max_tokens: int = field(default=384, metadata={"help": "reply budget of one merge (JSON profile)"})
+    l_init: tuple[int, ...] = field(default=(4, 6), metadata={
+        "help": f"seed history length range L_init ({bound(MAX_ITEMS)})"})
+    debate_max_tokens: int = field(default=160, metadata={
+        "help": f"reply budget of one debate turn ({bound(MAX_TOKENS)})"})
+    merge_max_tokens: int = field(default=384, metadata={
+        "help": f"reply budget of one merge (JSON profile; {bound(MAX_TOKENS)})"})
     align_min_behaviour: int = field(
-        default=4, metadata={"help": "alignment fills shorter super-probe histories by catalogue search"}
+        default=4, metadata={"help": "alignment fills shorter super-probe histories by catalogue search "
+                                     f"({bound(MAX_ITEMS)})"}
     )
     levels: tuple[str, ...] = field(
         default=(),
@@ -108,26 +131,27 @@ class EvolveConfig:
     )
 
     def __post_init__(self):
-        check_range("align_min_behaviour", self.align_min_behaviour, low=0)
+        check_range("align_min_behaviour", self.align_min_behaviour, low=0, high=MAX_ITEMS)
         from ctrlsim.agents.evolution.levels import LEVELS
 
         check_choices("levels", self.levels, LEVELS, allow_empty=True)
         if self.levels and self.eval_rounds < 1:
             raise ConfigError("levels need eval-rounds >= 1")
-        for name in ("agents", "merges", "rounds_per_merge", "debate_max_tokens", "merge_max_tokens"):
-            check_range(name, getattr(self, name), low=1)
-        check_range("eval_rounds", self.eval_rounds, low=0)
+        for name, high in (("agents", MAX_AGENTS), ("merges", MAX_MERGES), ("rounds_per_merge", MAX_ROUNDS),
+                           ("debate_max_tokens", MAX_TOKENS), ("merge_max_tokens", MAX_TOKENS)):
+            check_range(name, getattr(self, name), low=1, high=high)
+        check_range("eval_rounds", self.eval_rounds, low=0, high=MAX_ROUNDS)
         check_range("alpha", self.alpha, low=0.0, high=1.0)
         check_range("temperature", self.temperature, low=0.0, high=2.0)
-        check_range("memory_rounds", self.memory_rounds, low=0)
+        check_range("memory_rounds", self.memory_rounds, low=0, high=MAX_ROUNDS)
         check_range("eval_temperature", self.eval_temperature, low=0.0, high=2.0)
-        check_range("eval_memory_rounds", self.eval_memory_rounds, low=0)
-        check_range("seed", self.seed, low=0)
+        check_range("eval_memory_rounds", self.eval_memory_rounds, low=0, high=MAX_ROUNDS)
+        check_range("seed", self.seed, low=0, high=MAX_SEED)
         check_choice("k_rule", self.k_rule, K_RULES)
         check_choice("fusion", self.fusion, FUSIONS)
         check_choice("prompt_variant", self.prompt_variant, PROMPT_VARIANTS)
         if self.slate_size is not None:
-            check_range("slate_size", self.slate_size, low=1)
+            check_range("slate_size", self.slate_size, low=1, high=MAX_SLATE)
         if not self.target or any(not t.strip() for t in self.target):
             raise ConfigError(f"target needs at least one non-empty tag, got {self.target!r}")
         if len(set(self.target)) != len(self.target):
@@ -140,6 +164,7 @@ class EvolveConfig:
             raise ConfigError(f"recommender: {exc}") from None
         if len(self.l_init) != 2 or not 1 <= self.l_init[0] <= self.l_init[1]:
             raise ConfigError(f"l_init must be low,high with 1 <= low <= high, got {self.l_init}")
+        check_range("l_init", self.l_init[1], low=1, high=MAX_ITEMS)
 
     @property
     def slate(self) -> int:
@@ -184,8 +209,14 @@ def _record_phases(folder, phases: dict) -> None:
 
 
 def _check(ctx: RunContext) -> None:
+    from ctrlsim.backends.bundled import check_cache_writable
+    from ctrlsim.backends.spec_check import llm_cache_uses
+    from ctrlsim.recommenders.registry import cache_uses
 
     ctx.state["target_items"] = _check_inputs(ctx.config, _dataset(ctx.config))
+    # The LLM's replies live in the run folder; $CTRLSIM_CACHE holds a bundled LLM and a box's weights.
+    uses = {} if ctx.resources.get("llm") is not None else llm_cache_uses(ctx.config.llm)
+    check_cache_writable({**cache_uses(ctx.config.recommender), **uses})
 
 
 def _prepare(ctx: RunContext) -> None:
@@ -240,7 +271,8 @@ def _evolve(ctx: RunContext) -> None:
     loop = EvolutionLoop(folder.path, dataset=dataset, recommender=recommender, task=task, llm=llm,
                          encoder=config.encoder, settings=settings, decision_settings=decisions,
                          seed=config.seed,
-                         slate_size=config.slate, show_progress=ctx.show_progress, fuse_elsewhere=fusion)
+                         slate_size=config.slate, show_progress=ctx.show_progress, fuse_elsewhere=fusion,
+                         identity={k: v for k, v in folder.config.items() if k not in RUNNER.extensible})
     try:
         result = loop.run(lambda: context.base_personas(config.agents),
                           stop_after=ctx.resources.get("stop_after"))
@@ -358,7 +390,7 @@ def _figures(ctx: RunContext, records) -> None:
 
 RUNNER = Runner(name="evolve", config_cls=EvolveConfig, description=__doc__, unit_fn=evaluation_unit,
                 plan=_plan, report=_report, figures=_figures, check=_check, prepare=_prepare,
-                payload=_payload,
+                payload=_payload, resolved=lambda ctx: {"slate_size": ctx.config.slate},
                 extensible=("levels",), llm_fields=("llm",), encoder_fields=("encoder",),
                 default_out=DEFAULT_OUT, unit_name="evaluations")
 

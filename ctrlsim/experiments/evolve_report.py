@@ -51,10 +51,23 @@ def _fmt(value, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def _phase_tokens(usages: list[dict]):
+    """The tokens of phases (their usage dicts); a lower bound marked unknown where calls had no counts."""
+    from ctrlsim.backends.meter import unknown_tokens
+
+    tokens = sum(u.get("total_tokens", 0) for u in usages)
+    unknown = sum(u.get("unknown_calls", 0) for u in usages)
+    if not unknown:
+        return tokens
+    return unknown_tokens(unknown, sum(u.get("calls", 0) for u in usages), known=tokens)
+
+
 def render_tables(
     config, generations: list[dict], phases: dict, evaluation: dict | None
 ) -> str:
     from tabulate import tabulate
+
+    from ctrlsim.backends.meter import unknown_tokens
 
     parts = [
         f"# Evolution\n\n{config.agents} probes, {config.merges} fusion(s) every {config.rounds_per_merge} "
@@ -96,7 +109,7 @@ def render_tables(
         [
             name,
             _fmt(e.get("seconds"), 1),
-            e.get("tokens", {}).get("total_tokens", 0),
+            _phase_tokens([e.get("tokens", {})]),
             e.get("tokens", {}).get("calls", 0),
         ]
         for name, e in phases.items()
@@ -105,7 +118,7 @@ def render_tables(
         [
             "total",
             _fmt(sum(e.get("seconds", 0) for e in phases.values()), 1),
-            sum(e.get("tokens", {}).get("total_tokens", 0) for e in phases.values()),
+            _phase_tokens([e.get("tokens", {}) for e in phases.values()]),
             sum(e.get("tokens", {}).get("calls", 0) for e in phases.values()),
         ]
     ]
@@ -118,13 +131,16 @@ def render_tables(
         t_all = evaluation["rounds"]
         marks = sorted({t for t in (5, 10, 15, 20, t_all) if t <= t_all})
         curves = evaluation["curves"]
+        usage = evaluation.get("tokens", {})  # a lower bound where some calls had no token counts
+        eval_unknown = {"unknown_calls": usage["unknown_calls"], "calls": usage.get("calls")} \
+            if usage.get("unknown_calls") else None
         rows = [
             [
                 t,
                 _fmt(100 * curves["coverage"][t - 1], 2) if curves["coverage"][t - 1] is not None else "-",
                 _fmt(curves["efficiency"][t - 1], 2),
                 _fmt(curves["len"][t - 1], 2),
-                _fmt(curves["tokens"][t - 1], 0),
+                _fmt(curves["tokens"][t - 1], 0) if not eval_unknown else unknown_tokens(**eval_unknown),
                 evaluation["new_discoveries"][t - 1],
             ]
             for t in marks

@@ -29,7 +29,18 @@ from ctrlsim.envs import PopulationEnv, ProbeSpec
 from ctrlsim.envs.registration import check_plain_data
 from ctrlsim.envs.tasks import TASKS
 from ctrlsim.errors import PROBE_FAILURES, ConfigError
-from ctrlsim.experiments.config import RunOptions, check_choice, check_range, config_to_dict
+from ctrlsim.experiments.config import (
+    MAX_AGENTS,
+    MAX_ROUNDS,
+    MAX_SEED,
+    MAX_SLATE,
+    MAX_STATES,
+    RunOptions,
+    bound,
+    check_choice,
+    check_range,
+    config_to_dict,
+)
 from ctrlsim.experiments.runner import ProgressPayload, Runner, payload_with_progress
 
 # Slate sizes of the CtrlBench-Rec reference runs: 20 for NARM, 3 for the others.
@@ -38,10 +49,10 @@ PAPER_CHECKPOINTS = (5, 10, 15, 20)
 UNITS = ("episode", "ceiling")
 
 
-def _check_int(name: str, value, *, low: int) -> None:
+def _check_int(name: str, value, *, low: int, high: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"{name} must be an integer, got {value!r}")
-    check_range(name, value, low=low)
+    check_range(name, value, low=low, high=high)
 
 
 @dataclass(frozen=True)
@@ -53,16 +64,20 @@ class ProbeRunConfig:
     task: str = field(default="target-discovery", metadata={"help": "controllability task",
                                                             "choices": list(TASKS)})
     target: str = field(default="Film-Noir", metadata={"help": "target tag (a genre on MovieLens)"})
-    agents: int = field(default=26, metadata={"help": "probes in the population (K)"})
-    rounds: int = field(default=20, metadata={"help": "interaction rounds per probe (t)"})
+    agents: int = field(default=26, metadata={"help": f"probes in the population (K; {bound(MAX_AGENTS)})"})
+    rounds: int = field(default=20, metadata={
+        "help": f"interaction rounds per probe (t; {bound(MAX_ROUNDS)})"})
     slate_size: int | None = field(default=None, metadata={"help": "items per slate; none = 20 for narm, "
-                                                                   "3 otherwise (the paper's runs)"})
+                                                                   "3 otherwise (the paper's runs; "
+                                                                   f"{bound(MAX_SLATE)})"})
     like_prob: float = field(default=0.3, metadata={"help": "chance a random probe likes a slate item"})
-    seed: int = field(default=0, metadata={"help": "seed of the episode (roster, probe coins)"})
+    seed: int = field(default=0, metadata={
+        "help": f"seed of the episode (roster, probe coins; {bound(MAX_SEED)})"})
     checkpoints: tuple[int, ...] | None = field(default=None, metadata={
         "help": "rounds at which metrics are reported; none = 5,10,15,20 up to --rounds"})
     ceiling_states: int = field(default=300, metadata={"help": "ceiling exploration bound per probe "
-                                                               "(states; at least --rounds)"})
+                                                               "(states; at least --rounds, "
+                                                               f"{bound(MAX_STATES)})"})
     dataset: str = field(default="ml-100k", metadata={"help": "built-in dataset name or path"})
     recommender_options: dict[str, Any] = field(default_factory=dict)  # API only (no flag)
 
@@ -76,13 +91,13 @@ class ProbeRunConfig:
         check_choice("task", self.task, TASKS)
         if not isinstance(self.target, str) or not self.target.strip():
             raise ConfigError(f"target must be a tag name, got {self.target!r}")
-        _check_int("agents", self.agents, low=1)
-        _check_int("rounds", self.rounds, low=1)
+        _check_int("agents", self.agents, low=1, high=MAX_AGENTS)
+        _check_int("rounds", self.rounds, low=1, high=MAX_ROUNDS)
         if self.slate_size is not None:
-            _check_int("slate_size", self.slate_size, low=1)
+            _check_int("slate_size", self.slate_size, low=1, high=MAX_SLATE)
         check_range("like_prob", self.like_prob, low=0.0, high=1.0)
-        _check_int("seed", self.seed, low=0)
-        _check_int("ceiling_states", self.ceiling_states, low=1)
+        _check_int("seed", self.seed, low=0, high=MAX_SEED)
+        _check_int("ceiling_states", self.ceiling_states, low=1, high=MAX_STATES)
         if self.ceiling_states < self.rounds:
             raise ConfigError(f"ceiling_states must be at least rounds ({self.rounds}): the ceiling's beam "
                               f"keeps ceiling_states // rounds nodes per round; got {self.ceiling_states}")

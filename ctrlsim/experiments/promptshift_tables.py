@@ -29,7 +29,13 @@ from ctrlsim.data import load_dataset
 from ctrlsim.data.splits import AGE_GROUPS, SCENARIOS
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
+    MAX_ITEMS,
+    MAX_SEED,
+    MAX_SLATE,
+    MAX_TOKENS,
+    MAX_USERS,
     RunOptions,
+    bound,
     check_choice,
     check_choices,
     check_range,
@@ -37,7 +43,7 @@ from ctrlsim.experiments.config import (
 )
 from ctrlsim.experiments.executor import worker_cache
 from ctrlsim.experiments.promptshift_report import figures, format_tables, macro_table, summarise
-from ctrlsim.experiments.runfolder import software_versions
+from ctrlsim.experiments.provenance import software_versions
 from ctrlsim.experiments.runner import RunContext, Runner
 from ctrlsim.experiments.units import cached_llm, provide_llm
 from ctrlsim.recommenders.dial import is_dial
@@ -75,14 +81,18 @@ class PromptShiftConfig:
     llms: tuple[str, ...] = field(default=(DEFAULT_RUN_LLM,), metadata={"help": "LLM specs, comma-separated"})
     dataset: str = field(default="ml-100k", metadata={
         "help": "dataset name or path (e.g. a Last.fm-1K folder)"})
-    users: int = field(default=8, metadata={"help": "users to sample (the paper: up to 600)"})
-    seed: int = field(default=0, metadata={"help": "seed of the stratified user sample"})
+    users: int = field(default=8, metadata={
+        "help": f"users to sample (the paper: up to 600; {bound(MAX_USERS)})"})
+    seed: int = field(default=0, metadata={"help": f"seed of the stratified user sample ({bound(MAX_SEED)})"})
     scenarios: tuple[str, ...] = field(default=SCENARIOS, metadata={"help": "identity-cue scenarios",
                                                                     "choices": list(SCENARIOS)})
-    n_candidates: int = field(default=N_CANDIDATES, metadata={"help": "N, titles asked of the LLM per list"})
-    k: int = field(default=K, metadata={"help": "K, the evaluated list length"})
-    history_len: int = field(default=HISTORY_LEN, metadata={"help": "|H_u|, fit positives in the prompt"})
-    min_fit_positives: int = field(default=MIN_FIT_POSITIVES, metadata={"help": "fit positives a user needs"})
+    n_candidates: int = field(default=N_CANDIDATES, metadata={
+        "help": f"N, titles asked of the LLM per list ({bound(MAX_SLATE)})"})
+    k: int = field(default=K, metadata={"help": f"K, the evaluated list length ({bound(MAX_SLATE)})"})
+    history_len: int = field(default=HISTORY_LEN, metadata={
+        "help": f"|H_u|, fit positives in the prompt ({bound(MAX_ITEMS)})"})
+    min_fit_positives: int = field(default=MIN_FIT_POSITIVES, metadata={
+        "help": f"fit positives a user needs ({bound(MAX_ITEMS)})"})
     positive_threshold: float | None = field(default=None, metadata={
         "help": f"rating (or play count) a positive needs; none: {MOVIE_POSITIVE:g} for ratings, "
                 f"{PLAY_POSITIVE:g} plays for listening data"})
@@ -95,7 +105,7 @@ class PromptShiftConfig:
     select_on_validation: bool = field(default=True, metadata={
         "help": "choose B3's parameters on validation positives (else the paper's values)"})
     max_tokens: int | None = field(default=None, metadata={
-        "help": "reply budget; none: 16 per title + 32"})
+        "help": f"reply budget; none: 16 per title + 32 ({bound(MAX_TOKENS)})"})
     temperature: float = field(default=TEMPERATURE, metadata={"help": "sampling temperature (0: greedy)"})
     exclude_history: bool = field(default=False, metadata={"help": "drop generated items already in H_u"})
     unmatched: str = field(default=UNMATCHED_POLICIES[0], metadata={
@@ -124,14 +134,15 @@ class PromptShiftConfig:
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise ConfigError(f"dataset must be a name or path, got {self.dataset!r}")
         check_choices("scenarios", self.scenarios, SCENARIOS)
-        for name, low in (("users", 1), ("n_candidates", 1), ("k", 1), ("history_len", 1),
-                          ("min_fit_positives", 1)):
+        for name, high in (("users", MAX_USERS), ("n_candidates", MAX_SLATE), ("k", MAX_SLATE),
+                           ("history_len", MAX_ITEMS), ("min_fit_positives", MAX_ITEMS)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{name} must be an integer, got {value!r}")
-            check_range(name, value, low=low)
+            check_range(name, value, low=1, high=high)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
+        check_range("seed", self.seed, low=0, high=MAX_SEED)
         if self.k > self.n_candidates:
             raise ConfigError(f"k ({self.k}) must not exceed n_candidates ({self.n_candidates})")
         if self.min_fit_positives < self.history_len:
@@ -147,7 +158,7 @@ class PromptShiftConfig:
         if self.match_threshold is not None:
             check_range("match_threshold", self.match_threshold, low=0, high=100)
         if self.max_tokens is not None:
-            check_range("max_tokens", self.max_tokens, low=1)
+            check_range("max_tokens", self.max_tokens, low=1, high=MAX_TOKENS)
         check_range("temperature", self.temperature, low=0)
         check_choice("unmatched", self.unmatched, UNMATCHED_POLICIES)
 
@@ -254,6 +265,12 @@ def _check(ctx: RunContext) -> None:
     data = build_data(ctx.config)  # loads the dataset only
     ctx.state.update(data=data, users=sample_users(data, ctx.config.users, ctx.config.seed),
                      choices=protocol_choices(ctx.config, data))
+    from ctrlsim.backends.bundled import check_cache_writable
+    from ctrlsim.backends.spec_check import llm_cache_uses
+
+    given = ctx.resources.get("llms", {})  # loaded LLMs (tests, benchmarks) load nothing
+    check_cache_writable({part: what for spec in ctx.config.llms if spec not in given
+                          for part, what in llm_cache_uses(spec).items()})
 
 
 def _identity(ctx: RunContext) -> dict:
@@ -271,8 +288,9 @@ def _from_identity(identity: Mapping) -> PromptShiftConfig:
 
 def _prepare(ctx: RunContext) -> None:
     assert ctx.folder is not None
-    ctx.folder.write_json("config.json", {"runner": "promptshift", "config": ctx.folder.config,
-                                          "choices": ctx.state["choices"], "software": software_versions()})
+    ctx.folder.write_json("config.json", {
+        "runner": "promptshift", "config": ctx.folder.config, "choices": ctx.state["choices"],
+        "provenance": ctx.folder.provenance, "software": software_versions()})
     for name, obj in ctx.resources.get("llms", {}).items():
         provide_llm(name, ctx.config.llm_cache, obj)
 
@@ -352,8 +370,10 @@ def report(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequence[str], 
         for u in done:
             for d in records[f"{name}/{u}"]["lists"]:
                 engine.preload(u, _generated(d))
-                tokens["prompt_tokens"] += d["prompt_tokens"]
-                tokens["completion_tokens"] += d["completion_tokens"]
+                tokens["prompt_tokens"] += d["prompt_tokens"] or 0  # null: not reported (unknown)
+                tokens["completion_tokens"] += d["completion_tokens"] or 0
+                if d["prompt_tokens"] is None or d["completion_tokens"] is None:
+                    tokens["unknown_lists"] = tokens.get("unknown_lists", 0) + 1
         test, selection = validate_then_test(engine, done, match_threshold=cfg.match_threshold,
                                              select_b3=cfg.select_on_validation)
         identity = records[f"{name}/{done[0]}"].get("llm", {"spec": name})

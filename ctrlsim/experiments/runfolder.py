@@ -14,7 +14,6 @@ Rerunning a runner with the same config on the same folder resumes it: units alr
 from __future__ import annotations
 
 import json
-import platform
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,8 @@ from ctrlsim.atomic import atomic_write_bytes, atomic_write_text
 from ctrlsim.errors import ConfigError
 from ctrlsim.redact import redact_secrets
 
-from .store import ResultStore, _jsonable
+from .provenance import software_versions
+from .store import ResultStore, _jsonable, normalised_config
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -63,7 +63,11 @@ class RunFolder:
 
     def __init__(self, out: str | Path, config: dict, *, overwrite: bool = False,
                  extensible: tuple[str, ...] = (), about: dict | None = None,
-                 record_fields: tuple[str, ...] = ()):
+                 record_fields: tuple[str, ...] = (), resolved: dict | None = None,
+                 allow_code_change: bool = False):
+        """`resolved`: the values the runner gave to config fields left open; with the code version
+        and the digests of the inputs it is the run's provenance (`ctrlsim.experiments.provenance`),
+        checked on resume (`allow_code_change` lets a resume run on other code, and records that)."""
         self.path = Path(out)
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"output {str(self.path)!r} is a file, not a folder")
@@ -74,14 +78,55 @@ class RunFolder:
                               "--overwrite to move its contents into a new folder beside it")
         self.path.mkdir(parents=True, exist_ok=True)
         self.previous: Path | None = None
-        self.store = ResultStore(self.path / RECORDS, config, extensible=extensible,
-                                 on_locked=self._move_previous_run if overwrite else None,
+        self.provenance: dict = {}
+
+        def under_lock() -> None:  # before the store reads or extends anything
+            if overwrite:
+                self._move_previous_run()
+            self.provenance = self._check_provenance(normalised_config(config), resolved, allow_code_change)
+
+        self.store = ResultStore(self.path / RECORDS, config, extensible=extensible, on_locked=under_lock,
                                  record_fields=record_fields)
         # The store normalises the config; after an extension it is the union of stored and asked-for.
         self.config = self.store.config
         # `about`: what else config.json says of the run (the runner's name, open choices).
         self.write_json("config.json", {**(about or {}), "config": self.config,
-                                        "software": software_versions()})
+                                        "provenance": self.provenance, "software": software_versions()})
+
+    def _check_provenance(self, config: dict, resolved: dict | None, allow_code_change: bool) -> dict:
+        """This run's provenance; a folder holding results must have been made with the same inputs,
+        resolved defaults and (unless allowed) code. A new or changed entry is appended (under the lock).
+
+        Inputs the folder's earlier entries name and this config does not (an extension asked for
+        only the new values) are carried over, so a later resume still checks them."""
+        from ctrlsim.experiments import provenance as prov
+        from ctrlsim.experiments.store import time_stamp
+
+        now = prov.provenance(config, resolved)
+        log = self.file(prov.PROVENANCE)
+        entries = prov.read_entries(log)
+        last = {k: entries[-1].get(k) or {} for k in ("code", "inputs", "resolved")} if entries else None
+        allowed: list[str] = []
+        if last is not None:
+            if self._holds_results():
+                allowed = prov.check_resume(str(self.path), last, now, allow_code_change=allow_code_change)
+            now["inputs"] = {**last["inputs"], **now["inputs"]}
+            now["resolved"] = prov.merged(last["resolved"], now["resolved"])
+        if last != now:
+            entry = {"time": time_stamp(), **now}
+            if allowed:
+                entry["allowed_code_change"] = allowed
+            prov.append_entry(log, entry)
+        return now
+
+    def _holds_results(self) -> bool:
+        """Records, or artefacts a resume would reuse (an evolution ledger, rosters, ...)."""
+        from ctrlsim.experiments.provenance import PROVENANCE
+        from ctrlsim.experiments.store import holds_records
+
+        plain = {RECORDS, LOCK, PROVENANCE, "config.json", "tables.md", "figures"}
+        return holds_records(self.path / RECORDS) or any(
+            p.name not in plain and not _own_before_records(p) for p in self.path.iterdir())
 
     def _move_previous_run(self) -> None:
         """Move everything but the held lock into a new folder beside this one (called under the lock)."""
@@ -165,16 +210,3 @@ class RunFolder:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def software_versions() -> dict[str, str]:
-    """Versions recorded beside every run (results depend on them)."""
-    from importlib import metadata
-
-    versions = {"python": platform.python_version()}
-    for dist in ("ctrlsim", "numpy", "gymnasium", "pettingzoo", "llama_cpp_python", "torch", "recbole"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions

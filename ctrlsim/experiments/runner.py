@@ -113,6 +113,9 @@ class Runner:
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     default_out: str = ""
     unit_name: str = "units"
+    # The values the run gives to config fields left open (a slate size per box, a threshold), which
+    # unit results depend on: stored in the run's provenance, so a changed default refuses a resume.
+    resolved: Callable[[RunContext], dict] | None = None
     # The config a stored identity describes, where `identity` is not the plain config dict.
     from_identity: Callable[[Mapping[str, Any]], Any] | None = None
 

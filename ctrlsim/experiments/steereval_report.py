@@ -32,10 +32,22 @@ if TYPE_CHECKING:  # the config type only; the runner module imports this one
 
 
 def token_totals(records: list[dict]) -> dict[str, int]:
-    """Tokens spent, summed from the stored records (so a resumed run reports the whole run)."""
+    """Tokens spent, summed from the stored records (so a resumed run reports the whole run);
+    `unknown_calls` (only when non-zero) counts calls whose server sent no token counts."""
     prompt = sum(r.get("tokens", {}).get("prompt", 0) for r in records)
     completion = sum(r.get("tokens", {}).get("completion", 0) for r in records)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    unknown = sum(r.get("tokens", {}).get("unknown_calls", 0) for r in records)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            **({"unknown_calls": unknown} if unknown else {})}
+
+
+def tokens_text(tokens: dict) -> str:
+    """`token_totals` as the report prints it: a lower bound marked unknown where counts are missing."""
+    from ctrlsim.backends.meter import unknown_tokens
+
+    if tokens.get("unknown_calls"):
+        return unknown_tokens(tokens["unknown_calls"], known=tokens["total_tokens"])
+    return str(tokens)
 
 
 # ----------------------------------------------------------------------------- tables
@@ -186,7 +198,8 @@ def format_tables(result: dict, config: SteerEvalConfig) -> str:
     parts.append(table8(default, config.table8_samples, config.seed))
     problems = sum(1 for r in recs if r.get("edit_problems"))
     parts.append(f"Scenarios with edit problems (refusal/misreading flags): {problems} of {len(recs)}; "
-                 f"tags short of users: {result['short_tags'] or 'none'}; tokens: {result['tokens']}\n")
+                 f"tags short of users: {result['short_tags'] or 'none'}; "
+                 f"tokens: {tokens_text(result['tokens'])}\n")
     return "\n".join(parts)
 
 

@@ -34,7 +34,19 @@ from pathlib import Path
 from typing import Any
 
 from ctrlsim.errors import ConfigError, DataFileError
-from ctrlsim.experiments.config import RunOptions, check_choice, check_choices, check_range, config_to_dict
+from ctrlsim.experiments.config import (
+    MAX_ITEMS,
+    MAX_SAMPLES,
+    MAX_SEED,
+    MAX_SLATE,
+    MAX_USERS,
+    RunOptions,
+    bound,
+    check_choice,
+    check_choices,
+    check_range,
+    config_to_dict,
+)
 from ctrlsim.experiments.runner import RunContext, Runner
 from ctrlsim.experiments.steereval_report import (  # noqa: F401 - the tables' public names live here too
     format_tables,
@@ -87,28 +99,35 @@ class SteerEvalConfig:
         "turn trigger questions into clauses for the templates ('Does the dog die?' -> 'the dog dies')"))
     tags: tuple[str, ...] = field(default=(), metadata=_help(
         "tags to steer (comma-separated); empty: every tag of the dataset"))
-    users: int = field(default=10, metadata=_help("users per tag (the paper: 10)"))
-    pool_size: int = field(default=100, metadata=_help("items ranked per scenario, half tag-relevant"))
-    history_len: int = field(default=50, metadata=_help("rated items the profile is written from"))
-    min_ratings: int = field(default=100, metadata=_help("users need at least this many ratings"))
+    users: int = field(default=10, metadata=_help(f"users per tag (the paper: 10; {bound(MAX_USERS)})"))
+    pool_size: int = field(default=100, metadata=_help(
+        f"items ranked per scenario, half tag-relevant ({bound(MAX_ITEMS)})"))
+    history_len: int = field(default=50, metadata=_help(
+        f"rated items the profile is written from ({bound(MAX_ITEMS)})"))
+    min_ratings: int = field(default=100, metadata=_help(
+        f"users need at least this many ratings ({bound(MAX_ITEMS)})"))
     conditions: tuple[str, ...] = field(default=PAPER_CONDITIONS, metadata=_help(
         "conditions to run", choices=list(CONDITIONS)))
     rating: str = field(default="digits", metadata=_help(
         "LLM score: expected digit from token probabilities, or the paper's generate-and-parse",
         choices=["digits", "generate"]))
-    k: int = field(default=10, metadata=_help("cut-off of Coverage@k and NDCG@k"))
-    table8_samples: int = field(default=100, metadata=_help("scenarios sampled per Table 8 cell"))
+    k: int = field(default=10, metadata=_help(f"cut-off of Coverage@k and NDCG@k ({bound(MAX_SLATE)})"))
+    table8_samples: int = field(default=100, metadata=_help(
+        f"scenarios sampled per Table 8 cell ({bound(MAX_SAMPLES)})"))
     max_refusal_share: float = field(default=0.25, metadata=_help(
         "Trigger filter: drop tags whose LLM-written edits are refusals/misreadings more often than this"))
-    seed: int = field(default=0, metadata=_help("seeds user sampling, tie order and Table 8 sampling"))
+    seed: int = field(default=0, metadata=_help(
+        f"seeds user sampling, tie order and Table 8 sampling ({bound(MAX_SEED)})"))
 
     def __post_init__(self):
-        for name in ("users", "history_len", "k", "table8_samples"):
-            check_range(name, getattr(self, name), low=1)
-        check_range("seed", self.seed, low=0)
+        for name, high in (("users", MAX_USERS), ("history_len", MAX_ITEMS), ("k", MAX_SLATE),
+                           ("table8_samples", MAX_SAMPLES)):
+            check_range(name, getattr(self, name), low=1, high=high)
+        check_range("seed", self.seed, low=0, high=MAX_SEED)
         if not isinstance(self.pool_size, int) or self.pool_size < 2 or self.pool_size % 2:
             raise ConfigError(f"pool_size must be an even number >= 2, got {self.pool_size!r}")
-        check_range("min_ratings", self.min_ratings, low=self.history_len + 1)
+        check_range("pool_size", self.pool_size, low=2, high=MAX_ITEMS)
+        check_range("min_ratings", self.min_ratings, low=self.history_len + 1, high=MAX_ITEMS)
         check_range("vote_threshold", self.vote_threshold, low=0.0, high=0.999999)
         check_range("max_refusal_share", self.max_refusal_share, low=0.0, high=1.0)
         check_choices("conditions", self.conditions, CONDITIONS)
@@ -164,6 +183,11 @@ def _check(ctx: RunContext) -> None:
         raise ConfigError(f"no feasible scenario: no user meets the pool quotas at "
                           f"pool_size={config.pool_size} for tags {data[1]}")
     ctx.state.update(scenarios=scenarios, short=short, choices=open_choices(config))
+    if ctx.resources.get("llm") is None:  # replies live in the run folder; a bundled LLM in $CTRLSIM_CACHE
+        from ctrlsim.backends.bundled import check_cache_writable
+        from ctrlsim.backends.spec_check import llm_cache_uses
+
+        check_cache_writable(llm_cache_uses(config.llm))
 
 
 def _prepare(ctx: RunContext) -> None:

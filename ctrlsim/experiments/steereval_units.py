@@ -96,11 +96,14 @@ def measure_unit(env, policy, model, cond_name: str, sc, owners: dict[tuple, str
               or owners[("append", sc.tag, sc.direction)] == key, True]
     counted = [(b.prompt_tokens - a.prompt_tokens, b.completion_tokens - a.completion_tokens)
                for a, b, keep in zip(marks, marks[1:], shared) if keep]
+    unknown = sum(b.unknown_calls - a.unknown_calls for a, b, keep in zip(marks, marks[1:], shared) if keep)
     record = {"condition": cond_name, "tag": sc.tag, "tag_kind": sc.tag_kind,
               "direction": sc.direction, "user": sc.user_id, "reward": reward,
               "llm": identity, **figures,
               "tokens": {"prompt": sum(p for p, _ in counted),
                          "completion": sum(c for _, c in counted)}}
+    if unknown:  # calls whose server sent no token counts: the sums above are lower bounds
+        record["tokens"]["unknown_calls"] = unknown
     if cond.intervention in LLM_WRITTEN:
         record["original_profile"] = info["original_profile"]
     else:

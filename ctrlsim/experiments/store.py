@@ -48,7 +48,7 @@ class ResultStore:
                  record_fields: tuple[str, ...] = ()):
         self.path = Path(path)
         # Normalised (tuples -> lists) and with credentials cut out, as it is stored: a resume compares equal.
-        self.config = json.loads(redact_secrets(json.dumps(config, default=_jsonable)))
+        self.config = normalised_config(config)
         self.extensible = tuple(extensible)
         self.record_fields = tuple(record_fields)  # a stored record without one of them is damaged
         if self.path.is_dir():
@@ -59,8 +59,12 @@ class ResultStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_path = self.path.with_name(self.path.name + ".lock")
         self._lock_fh = _acquire_lock(self._lock_path)
-        if on_locked is not None:  # the run folder moves a previous run aside, under the lock
-            on_locked()
+        if on_locked is not None:  # the run folder's own steps under the lock, before anything is read
+            try:
+                on_locked()
+            except BaseException:
+                self.close()
+                raise
         self._records: dict[str, dict] = {}
         self._needs_repair = False
         if overwrite and self.path.exists() and self.path.stat().st_size:
@@ -209,6 +213,21 @@ class ResultStore:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown; the OS releases the lock anyway
             pass
+
+
+def normalised_config(config: dict) -> dict:
+    """`config` as a result file stores it: JSON values only (tuples -> lists), credentials cut out."""
+    return json.loads(redact_secrets(json.dumps(config, default=_jsonable)))
+
+
+def holds_records(path: Path) -> bool:
+    """Whether result file `path` has any line after its header (read no further than that)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.readline()
+            return any(line.strip() for line in iter(fh.readline, b""))
+    except FileNotFoundError:
+        return False
 
 
 def _parse_line(line: str):

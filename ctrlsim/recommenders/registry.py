@@ -62,6 +62,21 @@ def check_recommender_name(name: str) -> None:
         raise ConfigError(f"unknown recommender {name!r}; known: {sorted(RECOMMENDERS)} or {SPEC_FORMS}")
 
 
+def cache_uses(name: str, *, llm: str | None = None) -> dict[str, str]:
+    """The $CTRLSIM_CACHE subfolders building box `name` writes (subfolder -> what it keeps there),
+    for a runner's up-front check; nothing is built. RecBole boxes store their trained weights; the
+    LLM boxes load an LLM (`llm`, else the box's default), bundled ones assembled in the cache.
+    Embedding boxes need none: their encoder's disk cache is optional (`ctrlsim.backends.encoders`)."""
+    from ctrlsim.backends.bundled import DEFAULT_LLM
+    from ctrlsim.backends.spec_check import llm_cache_uses
+
+    if name.startswith("recbole:") or name in ("sasrec", "narm"):
+        return {"recbole": f"the trained weights of the {name} box"}
+    if name in ("keyword-bm25", "nl-profile"):  # both boxes default to the bundled DEFAULT_LLM
+        return llm_cache_uses(llm or DEFAULT_LLM)
+    return {}
+
+
 def make_dial(spec: str, dataset: Dataset, **options) -> Recommender:
     """The dial box a spec names (`dial:` or `dial-profile:`), with spec options merged under `options`."""
     from ctrlsim.recommenders.dial import DialRecommender, parse_dial_spec

@@ -287,7 +287,8 @@ def test_evolve_holds_the_folder_lock_while_the_loop_runs(ml100k, tmp_path, monk
                 with locked_folder(self.folder):
                     pass
             seen["error"] = str(exc.value)
-            return SimpleNamespace(final=[member("z", ["1"])], tokens=0, generations=[], phases={})
+            return SimpleNamespace(final=[member("z", ["1"])], tokens=0, unknown_calls=0,
+                                   generations=[], phases={})
 
     monkeypatch.setattr(evo_methods, "EvolutionLoop", LockProbe)
     context = fake_context(tmp_path)

@@ -141,7 +141,9 @@ def test_a_prompt_beyond_the_context_is_the_probes_failure(message):
 
 def test_timeout_per_request():
     with ScriptedServer([("sleep", 2.0)]) as server:
-        with pytest.raises(BackendUnavailableError, match=r"cannot reach .* \(timed out after 1 attempt\)"):
+        with pytest.raises(BackendUnavailableError,
+                           match=r"cannot reach .* \(timed out after 1 attempt, "
+                                 r"each with a 0\.3 s deadline for the whole request\)"):
             scripted_llm(server, timeout=0.3, retries=0).chat(HELLO)
 
 

@@ -2,7 +2,7 @@
 
 Every test here asserts either the typed error class and that its message names the offending value
 or file, or that results are identical to an uninterrupted run. Kinds covered, counted per file
-(one kind = one distinct bad input or fault that is tried): 200 in all.
+(one kind = one distinct bad input or fault that is tried): 273 in all.
 
 test_data_faults.py (36): bad numbers in every loader (22: timestamps out of range or infinite,
   ratings NaN/infinite/above the scale/not whole, years not whole or out of range, ages negative or
@@ -21,20 +21,43 @@ test_recbole_faults.py (12): cached RecBole metadata without `test_metrics`, `it
   `model_config` or `format` (4); a NaN test metric, item tokens without padding, a field of the
   wrong type, a model config without a field the scorer reads (4); metadata that is not JSON or is
   a list (2); NaN or infinite weights (2).
-test_cache_faults.py (10): response/embedding cache that is not SQLite, has damaged pages, holds a
+test_cache_faults.py (21): response/embedding cache that is not SQLite, has damaged pages, holds a
   non-JSON value, a JSON value of the wrong shape or a truncated embedding blob (5); a locked cache
-  that must not be taken for a damaged one (1); empty LLM specs "", "   ", "llamacpp:", None (4).
+  that must not be taken for a damaged one (1); empty LLM specs "", "   ", "llamacpp:", None (4); a
+  brief write by another process (waited for) and a lock held past the busy timeout (a
+  `CacheLockedError` naming the file) (2); a cache in a folder that cannot be created, under a file,
+  read-only as a file or as a folder (4); two writers of one key (the first stored value wins and
+  both get it), a damaged stored value (replaced), two embedding caches on one file (3); two runs
+  computing one chat reply or one rating at once, both using the stored one (2).
+test_cache_folder_faults.py (9): `$CTRLSIM_CACHE` that cannot be created (a typed error naming it and
+  the variable), the up-front check's message, an encoder whose cache folder is unwritable (in
+  memory, with a warning) (3); an unwritable `$CTRLSIM_CACHE` for ctrlbench random and oracle and
+  calibrate random (they run) and for ctrlbench base-small, calibrate base-small and evolve (exit 2
+  before any model loads) (6).
+test_provenance_faults.py (12): a dataset folder edited under the same path, a model file replaced
+  under the same path, changed source code, a changed library version, a changed resolved default
+  (each refuses the resume naming what changed; the code change passes with `--allow-code-change`,
+  recorded) (5); a file rewritten in place with the same size, a folder with a file renamed or
+  rewritten (each hashed again) (3); a provenance log with a torn last line (skipped) or a damaged
+  middle line (named) (2); an evolution ledger of another config, and one that is not an object (2).
+test_interrupt_faults.py (12): a server trickling its body or its headers (the whole-request
+  deadline ends each attempt) (2); credentials in the URL of the deadline error (1); Ctrl-C during a
+  batch of hanging requests (cancelled at once) and during a `ctrlsim ctrlbench` run (exit 130, one
+  line, the rerun resumes) (2); replies without `usage`, with only prompt or only completion tokens,
+  with an empty `usage` (unknown tokens, never 0) (4); a cached reply and a rating without counts
+  (still unknown) (2); Table 7 of a server that sends no counts (reads "unknown") (1).
 test_store_faults.py (11): a second writer in the same process and in another process (the lock
   released by SIGKILL) (2); a duplicate key from a foreign writer; a line torn by a kill; a header
   that is a list; a line without `key`; a non-JSON line mid-file; a binary file; a folder where the
   file belongs; another config on the same file; a run folder that is a file (9).
-test_cli_faults.py (74), for each of the six runners (probe, steereval, promptshift, ctrlbench,
+test_cli_faults.py (103), for each of the six runners (probe, steereval, promptshift, ctrlbench,
   evolve, calibrate), exit code 2 naming the value and no LLM/torch/encoder module imported: a
   negative seed (6); negative or zero counts and out-of-range numbers, a lambda outside [0, 1]
   among them (24); text where a number belongs (2); unknown names of boxes, tasks, targets, tags,
   conditions, scenarios, methods, protocols, rules (17); repeated list values, a repeated lambda
   among them (12); `--out` under a file and in an unwritable folder (12); two runs on one folder at
-  once, the second refused naming the holder's pid (1).
+  once, the second refused naming the holder's pid (1); a count above its upper bound (1e12 agents,
+  rounds, users, slate sizes, tokens, ...; 2**63 as a seed) (29).
 test_input_faults.py (12): roster entries of the wrong type (6: `"behaviour": "12"`, a string
   `interests`, a bool item id, a number as name, a list as attributes, an empty probe id), each a
   `DataFileError` naming the entry and field; malformed cached personas (4: not an object, no tokens,

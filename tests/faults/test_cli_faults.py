@@ -39,6 +39,8 @@ BASE = {
     "calibrate": ["--methods", "random", "--dials", "0,1", "--seeds", "0", "--rounds", "1"],
 }
 SEED_FLAG = {"ctrlbench": "--seeds", "calibrate": "--seeds"}
+HUGE = "1000000000000"  # 1e12, as a typo or an adversary would give it
+TOO_BIG_SEED = str(2**63)  # one past int64
 
 # (kind, runner, flags, texts the error message must contain: the field and the offending value)
 VALUE_CASES = [
@@ -100,8 +102,40 @@ VALUE_CASES = [
     ("repeated list value", "evolve", ["--target", "Film-Noir,Film-Noir"], ["target", "Film-Noir"]),
     ("repeated list value", "calibrate", ["--dials", "0,0"], ["dials", "0"]),
     ("repeated list value", "calibrate", ["--seeds", "0,0"], ["seeds", "0"]),
+    # Issue 20: absurd counts fail at once naming the field and its bound (ctrlsim.experiments.config),
+    # instead of hanging or exhausting memory; each bound is written out here, not imported.
+    ("number above its bound", "probe", ["--agents", HUGE], ["agents", "100000", HUGE]),
+    ("number above its bound", "probe", ["--rounds", HUGE], ["rounds", "10000", HUGE]),
+    ("number above its bound", "probe", ["--slate-size", HUGE], ["slate_size", "10000"]),
+    ("number above its bound", "probe", ["--ceiling-states", HUGE], ["ceiling_states", "1000000"]),
+    ("number above its bound", "probe", ["--seed", TOO_BIG_SEED], ["seed", str(2**63 - 1)]),
+    ("number above its bound", "steereval", ["--users", HUGE], ["users", "1000000"]),
+    ("number above its bound", "steereval", ["--pool-size", HUGE], ["pool_size", "10000000"]),
+    ("number above its bound", "steereval", ["--history-len", HUGE], ["history_len", "10000000"]),
+    ("number above its bound", "steereval", ["--k", HUGE], ["k", "10000"]),
+    ("number above its bound", "steereval", ["--table8-samples", HUGE], ["table8_samples", "1000000"]),
+    ("number above its bound", "steereval", ["--seed", TOO_BIG_SEED], ["seed", str(2**63 - 1)]),
+    ("number above its bound", "promptshift", ["--users", HUGE], ["users", "1000000"]),
+    ("number above its bound", "promptshift", ["--n-candidates", HUGE], ["n_candidates", "10000"]),
+    ("number above its bound", "promptshift", ["--max-tokens", HUGE], ["max_tokens", "1048576"]),
+    ("number above its bound", "promptshift", ["--seed", TOO_BIG_SEED], ["seed", str(2**63 - 1)]),
+    ("number above its bound", "ctrlbench", ["--agents", f"{HUGE},1"], ["agents", "100000"]),
+    ("number above its bound", "ctrlbench", ["--rounds", HUGE], ["rounds", "10000"]),
+    ("number above its bound", "ctrlbench", ["--slate-size", HUGE], ["slate_size", "10000"]),
+    ("number above its bound", "ctrlbench", ["--memory-rounds", HUGE], ["memory_rounds", "10000"]),
+    ("number above its bound", "ctrlbench", ["--min-target-items", HUGE], ["min_target_items", "10000000"]),
+    ("number above its bound", "ctrlbench", ["--seeds", TOO_BIG_SEED], ["seeds", str(2**63 - 1)]),
+    ("number above its bound", "evolve", ["--agents", HUGE], ["agents", "100000"]),
+    ("number above its bound", "evolve", ["--merges", HUGE], ["merges", "64"]),
+    ("number above its bound", "evolve", ["--eval-rounds", HUGE], ["eval_rounds", "10000"]),
+    ("number above its bound", "evolve", ["--debate-max-tokens", HUGE], ["debate_max_tokens", "1048576"]),
+    ("number above its bound", "calibrate", ["--rounds", HUGE], ["rounds", "10000"]),
+    ("number above its bound", "calibrate", ["--users", HUGE], ["users", "1000000"]),  # unused by ctrlbench
+    ("number above its bound", "calibrate", ["--agents", f"{HUGE},1"], ["agents", "100000"]),
+    ("number above its bound", "calibrate", ["--seeds", TOO_BIG_SEED], ["seeds", str(2**63 - 1)]),
 ]
-KINDS_EVERY_RUNNER_HAS = ("negative seed", "negative or zero count", "unknown name", "repeated list value")
+KINDS_EVERY_RUNNER_HAS = ("negative seed", "negative or zero count", "unknown name", "repeated list value",
+                          "number above its bound")
 OUT_CASES = [(r, kind) for r in BASE for kind in ("under-a-file", "unwritable")]
 
 

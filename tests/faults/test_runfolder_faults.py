@@ -75,7 +75,8 @@ def test_two_overwrites_in_one_second_keep_both_previous_runs(tmp_path):
     assert (first / "tables.md").read_text().startswith("| first |")
     assert '"key": "b"' in (second / "records.jsonl").read_text()
     # the whole previous run moved: nothing of it stays beside the new one
-    assert sorted(p.name for p in run.iterdir()) == ["config.json", "records.jsonl", "records.jsonl.lock"]
+    assert sorted(p.name for p in run.iterdir()) == ["config.json", "provenance.jsonl", "records.jsonl",
+                                                    "records.jsonl.lock"]
 
 
 def test_overwrite_moves_rosters_tables_and_figures_too(tmp_path):

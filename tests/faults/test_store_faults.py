@@ -124,8 +124,8 @@ def test_run_folder_layout_and_atomic_artefacts(tmp_path):
         ax.plot([0, 1], [0, 1])
         run.save_figure(fig, "coverage")
     files = sorted(p.relative_to(tmp_path / "run").as_posix() for p in (tmp_path / "run").rglob("*"))
-    assert files == ["config.json", "figures", "figures/coverage.png", "records.jsonl", "records.jsonl.lock",
-                     "roster_gen0.json", "tables.md"]
+    assert files == ["config.json", "figures", "figures/coverage.png", "provenance.jsonl", "records.jsonl",
+                     "records.jsonl.lock", "roster_gen0.json", "tables.md"]
     assert json.loads((tmp_path / "run" / "config.json").read_text())["config"] == {"seed": 3}
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is a file"):

@@ -145,14 +145,22 @@ class Episode:
         return (self.cue, self.reference, *self.paraphrases)
 
     def list_cost(self) -> dict:
-        """What generating this episode's five lists cost, whenever they were generated."""
-        return {"prompt_tokens": sum(c.generated.prompt_tokens for c in self.lists),
-                "completion_tokens": sum(c.generated.completion_tokens for c in self.lists),
+        """What generating this episode's five lists cost, whenever they were generated
+        (`unknown_lists`, only when non-zero: lists whose token counts were not reported)."""
+        cost = {"prompt_tokens": sum(c.generated.prompt_tokens or 0 for c in self.lists),
+                "completion_tokens": sum(c.generated.completion_tokens or 0 for c in self.lists),
                 "lists": len(self.lists)}
+        unknown = sum(_unknown(c.generated) for c in self.lists)
+        return {**cost, "unknown_lists": unknown} if unknown else cost
 
 
 def _usage() -> dict:
     return {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0, "cached_calls": 0}
+
+
+def _unknown(gen) -> bool:
+    """Whether a generated list's token counts are unknown (its server sent none)."""
+    return gen.prompt_tokens is None or gen.completion_tokens is None
 
 
 class PromptShiftEngine:
@@ -310,12 +318,14 @@ class PromptShiftEngine:
             history = list(profile.history_titles)
             for gen in self.generator.generate([(history, c) for c in missing]):
                 self._generated[(user, gen.condition)] = gen
-                usage["prompt_tokens"] += gen.prompt_tokens
-                usage["completion_tokens"] += gen.completion_tokens
+                usage["prompt_tokens"] += gen.prompt_tokens or 0
+                usage["completion_tokens"] += gen.completion_tokens or 0
                 usage["calls"] += 1
                 usage["cached_calls"] += int(gen.cached)
+                if _unknown(gen):  # only when non-zero, so ordinary records keep their bytes
+                    usage["unknown_calls"] = usage.get("unknown_calls", 0) + 1
             for key in usage:
-                self.generated_usage[key] += usage[key]
+                self.generated_usage[key] = self.generated_usage.get(key, 0) + usage[key]
         return [self._candidates(user, c.name) for c in conditions], usage
 
     def episode(self, user: str, scenario: str) -> Episode:

@@ -225,8 +225,8 @@ class GeneratedList:
     condition: str
     titles: list[str]
     text: str
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int | None  # None: the LLM's server did not report it (unknown, never 0)
+    completion_tokens: int | None
     raw_count: int = 0
     error: str | None = None
     cached: bool = False

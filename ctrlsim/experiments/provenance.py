@@ -1,0 +1,346 @@
+"""What produced a run: the code, the content of every input given by path, the resolved defaults.
+
+A run folder's records are only comparable with each other if every unit ran on the same inputs and
+the same code. The config alone does not say so: a dataset file edited under the same path, a GGUF
+replaced under the same name, or a default changed in the code all leave the config equal. So every
+run records, beside its config, a *provenance* entry:
+
+- `code`: ctrlsim's version, a SHA-256 of its source files (`ctrlsim`, `ctrlsim.envs`,
+  `ctrlsim.agents`), the git commit where the source is a git checkout (with whether it had
+  uncommitted changes), and the versions of the libraries results depend on;
+- `inputs`: for every config value that names an existing file or folder (a dataset, a roster, a
+  side table, a GGUF, an encoder folder), its SHA-256 (folders: over every file in them);
+- `resolved`: the values a runner gave to fields left open (`slate_size: null` -> 3 per box).
+
+The entries are appended to `provenance.jsonl` in the run folder (append-only, under the run's lock),
+and the latest is in `config.json`. Resuming a folder that holds results checks the new entry
+against the stored one (`check_resume`): a changed input or resolved default is refused (it would
+mix two experiments in one table); changed code is refused unless the user allows it
+(`--allow-code-change`), and the allowance is recorded.
+
+Digests of large files are remembered by (size, mtime, inode), as git's index does, under
+`$CTRLSIM_CACHE/digests`; a file rewritten in place changes its mtime and is hashed again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ctrlsim.errors import ConfigError, CtrlsimError, DataFileError
+
+PROVENANCE = "provenance.jsonl"
+CODE_PACKAGES = ("ctrlsim", "ctrlsim.envs", "ctrlsim.agents")
+SHOWN = 8  # changes listed in a refusal; the rest are counted
+
+
+# ----------------------------------------------------------------------------- code
+
+def _package_dirs() -> list[Path]:
+    import importlib.util
+
+    dirs = []
+    for name in CODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            dirs.append(Path(location).resolve())
+    return dirs
+
+
+def _source_files(dirs: Iterable[Path]) -> list[tuple[str, Path]]:
+    files = []
+    for root in dirs:
+        for path in sorted(root.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            files.append((f"{root.name}/{path.relative_to(root).as_posix()}", path))
+    return sorted(files)
+
+
+def source_digest() -> str:
+    """SHA-256 over the names and bytes of every Python file of ctrlsim and its env/agent layers."""
+    digest = hashlib.sha256()
+    for name, path in _source_files(_package_dirs()):
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_state(where: Path) -> dict[str, Any]:
+    """The commit of the git checkout `where` is in, and whether its tracked files differ from it."""
+    if not any((parent / ".git").exists() for parent in (where, *where.parents)):
+        return {}
+    commit = _git(["rev-parse", "HEAD"], where)
+    if not commit:
+        return {}
+    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
+    return {"git_commit": commit, "git_dirty": bool(status)}
+
+
+def software_versions() -> dict[str, str]:
+    """Versions recorded beside every run (results depend on them)."""
+    from importlib import metadata
+
+    versions = {"python": platform.python_version()}
+    for dist in ("ctrlsim", "numpy", "gymnasium", "pettingzoo", "llama_cpp_python", "torch", "recbole"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+
+@lru_cache(maxsize=1)
+def code_version() -> dict[str, Any]:
+    """ctrlsim's version, source digest, git state and the library versions (once per process)."""
+    versions = software_versions()
+    dirs = _package_dirs()
+    return {"ctrlsim": versions.pop("ctrlsim", "unknown"), "source_sha256": source_digest(),
+            **(git_state(dirs[0]) if dirs else {}), "libraries": versions}
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def _memo_path(path: Path) -> Path | None:
+    try:
+        from ctrlsim.backends.bundled import cache_dir
+
+        return cache_dir("digests") / (hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".json")
+    except OSError:
+        return None
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, remembered by (size, mtime_ns, inode) so a big file is hashed once."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
+    memo = _memo_path(path)
+    if memo is not None:
+        try:
+            known = json.loads(memo.read_text(encoding="utf-8"))
+            if known.get("path") == str(path) and known.get("stat") == stamp:
+                return str(known["sha256"])
+        except (OSError, ValueError, KeyError, AttributeError):
+            pass
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    value = digest.hexdigest()
+    if memo is not None:
+        from ctrlsim.atomic import atomic_write_text
+
+        try:
+            atomic_write_text(memo, json.dumps({"path": str(path), "stat": stamp, "sha256": value}))
+        except CtrlsimError:  # an unwritable cache: the memo only saves time
+            pass
+    return value
+
+
+FILES_LISTED = 100  # a folder input with at most this many files keeps each file's digest
+
+
+def folder_files(path: Path) -> dict[str, str]:
+    """Each file under folder `path` (relative name) -> its SHA-256."""
+    return {entry.relative_to(path).as_posix(): file_digest(entry)
+            for entry in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)}
+
+
+def path_digest(path: str | Path, files: Mapping[str, str] | None = None) -> str:
+    """A file's digest, or for a folder a digest over the relative names and digests of its files."""
+    path = Path(path)
+    if path.is_file():
+        return file_digest(path)
+    digest = hashlib.sha256()
+    for name, value in (files if files is not None else folder_files(path)).items():
+        digest.update(name.encode() + b"\0" + value.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _leaves(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _leaves(item)
+
+
+def _named_path(text: str) -> Path | None:
+    """The file or folder a config string names (`x.gguf`, `llamacpp:/m/x.gguf`), if it exists."""
+    if not text or "://" in text or len(text) > 4096 or "\0" in text:
+        return None
+    candidates = [text]
+    if ":" in text:
+        candidates.append(text.split(":", 1)[1])
+    for candidate in candidates:
+        path = Path(candidate).expanduser()
+        try:
+            if path.exists():
+                return path
+        except OSError:
+            continue
+    return None
+
+
+def input_digests(identity: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """For every string in the config that names an existing file or folder: its resolved path and
+    SHA-256, keyed by the string as the config holds it."""
+    found: dict[str, dict[str, Any]] = {}
+    for text in _leaves(identity):
+        path = _named_path(text)
+        if path is None or text in found:
+            continue
+        if path.is_dir():
+            files = folder_files(path)
+            found[text] = {"path": str(path.resolve()), "sha256": path_digest(path, files)}
+            if len(files) <= FILES_LISTED:  # so a refusal can name the file that changed
+                found[text]["files"] = files
+        else:
+            found[text] = {"path": str(path.resolve()), "sha256": path_digest(path)}
+    return found
+
+
+# ----------------------------------------------------------------------------- the entry
+
+def provenance(identity: Mapping[str, Any], resolved: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """This run's provenance entry (see the module docstring)."""
+    return {"code": code_version(), "inputs": input_digests(identity),
+            "resolved": json.loads(json.dumps(dict(resolved or {}), default=str))}
+
+
+def merged(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """`old` with `new`'s values, nested mappings merged key by key (an extension's new boxes join)."""
+    out = dict(old)
+    for key, value in new.items():
+        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = merged(out[key], value) if both else value
+    return out
+
+
+def _short(digest: str | None) -> str:
+    return (digest or "none")[:12]
+
+
+def _flat(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    from ctrlsim.experiments.identity import flatten
+
+    return flatten(value, prefix)
+
+
+def _version(code: Mapping[str, Any]) -> str:
+    git = code.get("git_commit")
+    dirty = " with uncommitted changes" if code.get("git_dirty") else ""
+    where = f", git {git[:10]}{dirty}" if git else ""
+    return f"ctrlsim {code.get('ctrlsim')} (source {_short(code.get('source_sha256'))}{where})"
+
+
+def resume_changes(stored: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(changes that always refuse a resume, code changes): one line each.
+
+    Inputs and resolved defaults are compared where both entries have them (an extension adds new
+    ones); the code is the source digest and the library versions."""
+    refused: list[str] = []
+    inputs_then, inputs_now = stored.get("inputs") or {}, now.get("inputs") or {}
+    for name in sorted(set(inputs_then) & set(inputs_now)):
+        a, b = inputs_then[name], inputs_now[name]
+        if a.get("sha256") == b.get("sha256"):
+            continue
+        files_then, files_now = a.get("files"), b.get("files")
+        if isinstance(files_then, dict) and isinstance(files_now, dict):
+            changed = sorted(f for f in set(files_then) | set(files_now)
+                             if files_then.get(f) != files_now.get(f))
+            what = f"files changed: {', '.join(changed[:SHOWN])}" + (" ..." if len(changed) > SHOWN else "")
+        else:
+            what = "content changed"
+        refused.append(f"input {name} ({b.get('path')}): {what} "
+                       f"(sha256 {_short(a.get('sha256'))}... then, {_short(b.get('sha256'))}... now)")
+    resolved_then, resolved_now = _flat(stored.get("resolved") or {}), _flat(now.get("resolved") or {})
+    for name in sorted(set(resolved_then) & set(resolved_now)):
+        if resolved_then[name] != resolved_now[name]:
+            refused.append(f"default {name}: resolved to {resolved_then[name]!r} then, "
+                           f"{resolved_now[name]!r} now")
+    code: list[str] = []
+    then, current = stored.get("code") or {}, now.get("code") or {}
+    if then.get("source_sha256") != current.get("source_sha256"):
+        code.append(f"code: {_version(then)} then, {_version(current)} now")
+    libraries_then, libraries_now = then.get("libraries") or {}, current.get("libraries") or {}
+    for name in sorted(set(libraries_then) | set(libraries_now)):
+        if libraries_then.get(name) != libraries_now.get(name):
+            code.append(f"library {name}: {libraries_then.get(name, 'absent')} then, "
+                        f"{libraries_now.get(name, 'absent')} now")
+    return refused, code
+
+
+def check_resume(where: str, stored: Mapping[str, Any], now: Mapping[str, Any], *,
+                 allow_code_change: bool) -> list[str]:
+    """Raise a `ConfigError` of a few lines when resuming `stored` with `now` would mix inputs, defaults
+    or (unless allowed) code; returns the allowed code changes (empty when nothing changed)."""
+    refused, code = resume_changes(stored, now)
+    blocking = refused + ([] if allow_code_change else code)
+    if not blocking:
+        return code
+    lines = blocking[:SHOWN] + ([f"... and {len(blocking) - SHOWN} more"] if len(blocking) > SHOWN else [])
+    advice = "use another --out, or --overwrite to move the old run aside"
+    if code and not refused:
+        advice += "; --allow-code-change resumes with the new code (recorded in the folder)"
+    raise ConfigError(f"{where} holds results made with other inputs or code; a resume would mix them:\n  "
+                      + "\n  ".join(lines) + f"\n{advice}")
+
+
+def read_entries(path: Path) -> list[dict]:
+    """The entries of a `provenance.jsonl` (a torn last line, from a kill, is skipped)."""
+    if not path.exists():
+        return []
+    entries = []
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            if n >= len(lines) - 1:  # the last line, cut short by a kill
+                continue
+            raise DataFileError(path, f"line {n} is not JSON: {line[:80]!r}") from None
+        if not isinstance(entry, dict):
+            raise DataFileError(path, f"line {n} is not an object")
+        entries.append(entry)
+    return entries
+
+
+def append_entry(path: Path, entry: Mapping[str, Any]) -> None:
+    """Append one entry as one line, synced; a torn line before it (a kill mid-write) is ended first."""
+    from ctrlsim.redact import redact_secrets
+
+    data = (redact_secrets(json.dumps(entry, sort_keys=True, default=str)) + "\n").encode("utf-8")
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise DataFileError(path, f"cannot be written ({exc.strerror or exc}); the run's records are "
+                                  "kept, and the same command resumes") from None
