@@ -56,6 +56,9 @@ POLICIES = ("llm", "random")  # the built-in policies; a `CustomPolicy` is the t
 
 # Modules that register more methods when imported (kept as strings: importing them may be heavy).
 EXTENSION_MODULES: list[str] = ["ctrlsim.agents.evolution.methods"]
+# Method names with a prefix, built on first use by "module:function"(name) -> MethodSpec (a string,
+# like the extensions: the module imports this one).
+METHOD_PREFIXES: dict[str, str] = {"rl:": "ctrlsim.agents.rl:rl_method"}  # a saved learned probe
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,10 @@ def known_methods() -> list[str]:
 
 def get_method(name: str) -> MethodSpec:
     load_extensions()
+    for prefix, factory in METHOD_PREFIXES.items():
+        if name not in METHODS and isinstance(name, str) and name.startswith(prefix):
+            module, _, function = factory.partition(":")
+            return register_method(getattr(importlib.import_module(module), function)(name))
     if ":" in name and name not in METHODS:
         return register_method(import_method(name))
     if name not in METHODS:

@@ -1,6 +1,7 @@
 """Argument checks every ctrlsim env applies before it does any work.
 
-Each check raises `ConfigError` naming the argument and the offending value, so a bad
+Each check raises `ConfigError` naming the argument and the offending value (an unsupported
+render mode is only warned about, as Gymnasium does), so a bad
 `reset(seed=-1)` or `l_init=(5, 2)` is a clear typed error rather than a numpy or
 Gymnasium traceback from deep inside a draw; `check_reset` raises `ResetNeededError`
 for a step (or render) with no episode to act on.
@@ -15,11 +16,22 @@ from ctrlsim.errors import ConfigError, ResetNeededError
 T = TypeVar("T")
 
 
-def check_render_mode(render_mode: str | None, metadata: Mapping[str, Any]) -> None:
-    """`render_mode` is None or one of the modes the env's metadata declares."""
+def check_render_mode(render_mode: str | None, metadata: Mapping[str, Any],
+                      env_name: str = "the env") -> None:
+    """`render_mode` is None or a string. A mode the env's metadata does not declare is warned
+    about, as `gymnasium.make` does for one (and the env's `render()` then returns None), so
+    clients that ask for a mode and fall back (SB3's `make_vec_env` asks for "rgb_array") keep
+    working. A non-string mode is a `ConfigError`."""
     modes = list(metadata.get("render_modes", []))
-    if render_mode is not None and render_mode not in modes:
+    if render_mode is None:
+        return
+    if not isinstance(render_mode, str):
         raise ConfigError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
+    if render_mode not in modes:
+        import gymnasium
+
+        gymnasium.logger.warn(f"{env_name} is being initialised with render_mode={render_mode!r}, which it "
+                              f"does not support (supported: {modes}); its render() will return None")
 
 
 def check_seed(seed: object) -> int | None:

@@ -93,6 +93,7 @@ class Probe:
 
 def observation_space(n_items: int, slate_size: int, budget: int) -> spaces.Dict:
     """slate: catalogue indices (-1 pads a short slate); source: 0 recommender, 1 search; round."""
+    n_items, slate_size, budget = int(n_items), int(slate_size), int(budget)
     return spaces.Dict({
         "slate": spaces.Box(low=-1, high=n_items - 1, shape=(slate_size,), dtype=np.int64),
         "source": spaces.Discrete(2),
@@ -100,19 +101,71 @@ def observation_space(n_items: int, slate_size: int, budget: int) -> spaces.Dict
     })
 
 
-def action_space(slate_size: int, max_query: int = MAX_QUERY_LENGTH) -> spaces.Dict:
+#: How often `QuerySpace.sample()` searches when search is on: a sampled episode is mostly
+#: recommender rounds (the thing measured), with a search now and then.
+SEARCH_PROBABILITY = 0.1
+
+
+class QuerySpace(spaces.Text):
+    """The `query` action: a `Text` space (same `contains`, charset and length bounds) whose
+    `sample()` gives what a sensible random probe would send.
+
+    Plain `Text.sample()` types a random string almost every time, so a randomly acting client
+    (random exploration, vector envs, PettingZoo's API tests) would search nearly every round and
+    get back empty slates. Here `sample()` returns "" (no search, the next slate comes from the
+    recommender) unless search is on (`allow_search`), and then a query only with probability
+    `search_probability`, drawn from `vocabulary` (the catalogue's tag names), so a sampled search
+    finds items. Draws come from the space's own generator (`space.seed(n)`). An explicit `mask`
+    or `probability` argument samples exactly as `Text` does.
+    """
+
+    def __init__(self, max_length: int = MAX_QUERY_LENGTH, *, vocabulary: Sequence[str] = (),
+                 allow_search: bool = True, search_probability: float = SEARCH_PROBABILITY,
+                 charset: str = QUERY_CHARSET, seed: int | np.random.Generator | None = None):
+        super().__init__(max_length=int(max_length), min_length=0, charset=charset, seed=seed)
+        if not 0.0 <= float(search_probability) <= 1.0:
+            raise ConfigError(f"search_probability must be in [0, 1], got {search_probability!r}")
+        words = (str(v) for v in vocabulary)
+        self.vocabulary = tuple(q for q in words if q.strip() and spaces.Text.contains(self, q))
+        self.allow_search = bool(allow_search)
+        self.search_probability = float(search_probability)
+
+    def sample(self, mask=None, probability=None) -> str:
+        if mask is not None or probability is not None:
+            return super().sample(mask=mask, probability=probability)
+        if not self.allow_search or not self.vocabulary or self.search_probability <= 0.0:
+            return ""
+        if self.np_random.random() >= self.search_probability:
+            return ""
+        return self.vocabulary[int(self.np_random.integers(len(self.vocabulary)))]
+
+    def __repr__(self) -> str:
+        return (f"QuerySpace({self.min_length}, {self.max_length}, allow_search={self.allow_search}, "
+                f"search_probability={self.search_probability}, vocabulary={len(self.vocabulary)} queries)")
+
+
+def query_vocabulary(dataset: Dataset, max_length: int = MAX_QUERY_LENGTH) -> tuple[str, ...]:
+    """The queries `QuerySpace.sample()` draws: the catalogue's tag names that fit the query space."""
+    return tuple(t for t in map(str, dataset.tags)
+                 if t.strip() and len(t) <= max_length and set(t) <= set(QUERY_CHARSET))
+
+
+def action_space(slate_size: int, max_query: int = MAX_QUERY_LENGTH, *, allow_search: bool = True,
+                 vocabulary: Sequence[str] = ()) -> spaces.Dict:
     """likes: 1 marks a liked slate position (all zeros = skip); query: non-empty = search next."""
     return spaces.Dict({
-        "likes": spaces.MultiBinary(slate_size),
-        "query": spaces.Text(max_length=max_query, min_length=0, charset=QUERY_CHARSET),
+        "likes": spaces.MultiBinary(int(slate_size)),
+        "query": QuerySpace(max_query, vocabulary=vocabulary, allow_search=allow_search),
     })
 
 
 def check_likes(likes: object, slate_size: int) -> np.ndarray:
-    """`likes` as an int64 vector, checked BEFORE any cast: integers or bools that are 0 or 1.
+    """`likes` as an int64 vector, checked BEFORE any cast: integers or bools that are 0 or 1,
+    or floats that are exactly 0.0 or 1.0 (RL libraries such as Stable-Baselines3 send the
+    `MultiBinary` space's values as floats).
 
     Casting first would read 0.9 as "not liked", 1.7 as "liked" and "1" as a like; each of
-    those is an `InvalidAction` naming the value instead.
+    those (and nan, 1.0000001) is an `InvalidAction` naming the value instead.
     """
     values = likes.tolist() if isinstance(likes, np.ndarray) else likes
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
@@ -124,8 +177,14 @@ def check_likes(likes: object, slate_size: int) -> np.ndarray:
     for pos, value in enumerate(flat):
         if isinstance(value, (bool, np.bool_)):
             continue
+        if isinstance(value, (float, np.floating)):
+            if value == 0.0 or value == 1.0:  # exactly: nan, 0.9 and 1.0000001 are not likes
+                continue
+            raise InvalidAction(f"'likes' must hold 0 or 1 (floats only as exactly 0.0 or 1.0); "
+                                f"position {pos} is {value!r} in {likes!r}")
         if not isinstance(value, (int, np.integer)):
-            raise InvalidAction(f"'likes' must hold integers or bools 0/1; position {pos} is {value!r} "
+            raise InvalidAction(f"'likes' must hold integers, bools or floats 0/1; "
+                                f"position {pos} is {value!r} "
                                 f"({type(value).__name__}) in {likes!r}")
         if value not in (0, 1):
             raise InvalidAction(f"'likes' must hold 0 or 1; position {pos} is {value!r} in {likes!r}")
@@ -160,11 +219,17 @@ class InteractionEngine:
         self.dataset = recommender.dataset
         if not isinstance(allow_search, (bool, np.bool_)):
             raise ConfigError(f"allow_search must be True or False, got {allow_search!r}")
-        self.slate_size, self.budget = slate_size, budget
+        self.slate_size, self.budget = int(slate_size), int(budget)  # numpy integers as Python ints
         self.allow_search = bool(allow_search)
         self.token_meter = token_meter
         self._search: CatalogueSearch | None = None
         self._texts = self.dataset.items["text"].to_numpy()
+
+    def action_space(self) -> spaces.Dict:
+        """The env's action space: `QuerySpace.sample()` searches only where search is on, rarely,
+        with the catalogue's tag names."""
+        return action_space(self.slate_size, allow_search=self.allow_search,
+                            vocabulary=query_vocabulary(self.dataset))
 
     @property
     def search(self) -> CatalogueSearch:

@@ -16,11 +16,13 @@ from ctrlsim.seeding import rng_child
 
 from ._build import DEFAULT_RECOMMENDER, build_engine
 from .checks import check_l_init, check_options, check_positive_int, check_render_mode, check_seed
-from .engine import Probe, ProbeSpec, action_space, observation_space
+from .engine import Probe, ProbeSpec, observation_space
+from .rendering import supported, text_frame
 from .roster import default_roster
 from .tasks import Task
 
 AgentID = str
+RENDERED_PROBES = 3  # live probes whose slates `render()` shows
 ObsType = dict[str, Any]
 ActType = dict[str, Any]
 
@@ -57,9 +59,16 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
     evolution loop swaps clusters for super probes this way); the default roster is
     the dataset's first `n_agents` users with seed histories of L_init in `l_init`
     liked items. `population_metrics()` gives the task's aggregate figures so far.
+
+    Rendering: "ansi" returns a summary and the first three live slates as text, "human" prints
+    it each step, "rgb_array" an image of that text ((H, W, 3) uint8, the same H every step);
+    another mode is warned about and `render()` returns None. Actions sampled from
+    `action_space(agent)` are mostly recommender rounds (see `QuerySpace`). The env, its token
+    meter included, survives `pickle` and `copy.deepcopy`; a copy continues the same episode.
     """
 
-    metadata = {"render_modes": ["ansi", "human"], "name": "ctrlsim_population_v0", "is_parallelizable": True}
+    metadata = {"render_modes": ["ansi", "human", "rgb_array"], "render_fps": 4,
+                "name": "ctrlsim_population_v0", "is_parallelizable": True}
 
     def __init__(self, recommender: Recommender | str = DEFAULT_RECOMMENDER, *, n_agents: int = 26,
                  dataset: Dataset | str = "ml-100k", task: Task | str = "target-discovery",
@@ -68,7 +77,7 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
                  token_meter: TokenMeter | None = None, render_mode: str | None = None,
                  allow_search: bool = True):
-        check_render_mode(render_mode, self.metadata)
+        check_render_mode(render_mode, self.metadata, type(self).__name__)
         self.n_agents = check_positive_int("n_agents", n_agents)
         self.l_init = check_l_init(l_init)
         self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
@@ -86,7 +95,7 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
         self._pending_drops: dict[AgentID, str] = {}
         self._observation_space = observation_space(len(self.dataset.items), self.engine.slate_size,
                                                     self.engine.budget)
-        self._action_space = action_space(self.engine.slate_size)
+        self._action_space = self.engine.action_space()
 
     def observation_space(self, agent: AgentID) -> gymnasium.spaces.Dict:
         """The same space object for every agent (PettingZoo expects it not to change)."""
@@ -177,20 +186,26 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
             probe.record.tokens = self.engine.episode_tokens(probe).total_tokens
         return self.task.population_metrics([p.record for p in self.probes.values()])
 
-    def render(self) -> str | None:
-        """"ansi": a summary and the first three live slates as text; "human": print it; no mode: None."""
+    def render(self) -> str | np.ndarray | None:
+        """"ansi": a summary and the first three live slates as text; "human": print it;
+        "rgb_array": an image of the text; no mode or an unsupported one: None."""
         if self.render_mode is None:
             gymnasium.logger.warn("PopulationEnv.render() called without a render_mode")
+            return None
+        if not supported(self):
             return None
         if not self.probes:
             text = "(not reset yet)"
         else:
             metrics = ", ".join(f"{k}={v:.4g}" for k, v in self.population_metrics().items() if v is not None)
             lines = [f"{len(self.agents)}/{len(self.probes)} probes active; {metrics}"]
-            text = "\n".join(lines + [self.engine.render_text(self.probes[a]) for a in self.agents[:3]])
+            text = "\n".join(lines + [self.engine.render_text(self.probes[a])
+                                      for a in self.agents[:RENDERED_PROBES]])
         if self.render_mode == "human":
             print(text)
             return None
+        if self.render_mode == "rgb_array":
+            return text_frame(text, 1 + RENDERED_PROBES * (1 + self.engine.slate_size))
         return text
 
     def close(self) -> None:

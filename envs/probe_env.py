@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
+import numpy as np
 
 from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset
@@ -12,7 +13,9 @@ from ctrlsim.recommenders import Recommender
 
 from ._build import DEFAULT_RECOMMENDER, build_engine
 from .checks import check_l_init, check_options, check_render_mode, check_reset, check_seed
-from .engine import Probe, ProbeSpec, action_space, observation_space
+from .engine import SOURCE_SEARCH, Probe, ProbeSpec, observation_space
+from .registration import PlainSpec
+from .rendering import supported, text_frame
 from .roster import probe_from_user, user_order
 from .tasks import Task
 
@@ -20,15 +23,17 @@ ObsType = dict[str, Any]   # {"slate": int64 array, "source": int, "round": int}
 ActType = dict[str, Any]   # {"likes": 0/1 per slate position, "query": str}
 
 
-class ProbeEnv(gym.Env[ObsType, ActType]):
+class ProbeEnv(PlainSpec, gym.Env[ObsType, ActType]):
     """One probe, one black box, a round budget.
 
     Observation (Dict): `slate` - catalogue indices of the current slate, best
     first, -1 padding a short slate; `source` - 0 recommender, 1 search results;
     `round` - rounds used.
-    Action (Dict): `likes` - MultiBinary(slate_size), integers or bools 0/1, 1 = like
-    that position (all zeros = skip); `query` - Text of at most 64 characters from
-    `QUERY_CHARSET`; when non-empty the next slate is BM25 search results for it
+    Action (Dict): `likes` - MultiBinary(slate_size), integers or bools 0/1 (or floats
+    exactly 0.0/1.0, as RL libraries send them), 1 = like that position (all zeros = skip);
+    `query` - Text of at most 64 characters from `QUERY_CHARSET` (a `QuerySpace`: its
+    `sample()` is "" unless search is on, then a catalogue tag name 10% of the time, so a
+    sampled episode is mostly recommender rounds); when non-empty the next slate is BM25 search results for it
     instead of recommendations (register-search-click); with `allow_search=False` a
     non-empty query is an `InvalidAction` (Appendix B's evaluation setting: a_t in
     L_t or a skip). Anything else (0.9, "1", an
@@ -48,14 +53,18 @@ class ProbeEnv(gym.Env[ObsType, ActType]):
     Seeding: `reset(seed=...)` only; the seed picks the user whose first
     L_init liked items (L_init drawn in `l_init`) seed the history, unless
     `options={"probe": ProbeSpec(...)}` or `options={"user_id": ...}` is given.
-    Rendering: "ansi" returns the slate as text, "human" prints it each step.
+    Rendering: "ansi" returns the slate as text, "human" prints it each step, "rgb_array"
+    returns an image of that text ((H, W, 3) uint8, H fixed by `slate_size`). Another mode is
+    warned about (as `gymnasium.make` does) and `render()` returns None.
+    Copies: the env (its black box, caches and search index included) survives `pickle` and
+    `copy.deepcopy`; a copy continues the same episode.
 
     Through `gymnasium.make` the black box and dataset are given by name (strings, so
     the env's spec can be serialised and re-made); the constructor also takes live
     `Recommender` / `Dataset` objects.
     """
 
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "human", "rgb_array"], "render_fps": 4}
 
     def __init__(self, recommender: Recommender | str = DEFAULT_RECOMMENDER, *,
                  dataset: Dataset | str = "ml-100k", task: Task | str = "target-discovery",
@@ -65,7 +74,7 @@ class ProbeEnv(gym.Env[ObsType, ActType]):
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
                  token_meter: TokenMeter | None = None, render_mode: str | None = None,
                  allow_search: bool = True):
-        check_render_mode(render_mode, self.metadata)
+        check_render_mode(render_mode, self.metadata, type(self).__name__)
         self.l_init = check_l_init(l_init)
         self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
                                    mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter,
@@ -73,8 +82,9 @@ class ProbeEnv(gym.Env[ObsType, ActType]):
         self.recommender, self.task = self.engine.recommender, self.engine.task
         self.dataset = self.engine.dataset
         self.render_mode = render_mode
-        self.observation_space = observation_space(len(self.dataset.items), slate_size, budget)
-        self.action_space = action_space(slate_size)
+        self.observation_space = observation_space(len(self.dataset.items), self.engine.slate_size,
+                                                   self.engine.budget)
+        self.action_space = self.engine.action_space()
         self._users = user_order(self.dataset)
         self.probe: Probe | None = None
 
@@ -112,14 +122,20 @@ class ProbeEnv(gym.Env[ObsType, ActType]):
             self.render()
         return self.engine.observation(probe), float(reward), False, truncated, info
 
-    def render(self) -> str | None:
-        """"ansi": the current slate as text; "human": print it and return None; no mode: None."""
+    def render(self) -> str | np.ndarray | None:
+        """"ansi": the current slate as text; "human": print it and return None; "rgb_array": an
+        (H, W, 3) uint8 image of the text; no mode or an unsupported one: None."""
         if self.render_mode is None:
             gym.logger.warn("ProbeEnv.render() called without a render_mode; "
-                            "pass render_mode='ansi' or 'human'")
+                            "pass render_mode='ansi', 'human' or 'rgb_array'")
+            return None
+        if not supported(self):
             return None
         text = self.engine.render_text(self.probe) if self.probe is not None else "(not reset yet)"
         if self.render_mode == "human":
             print(text)
             return None
+        if self.render_mode == "rgb_array":
+            search = self.probe is not None and self.probe.source == SOURCE_SEARCH
+            return text_frame(text, 1 + self.engine.slate_size, search=search)
         return text

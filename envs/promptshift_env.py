@@ -34,6 +34,8 @@ from ctrlsim.recommenders.promptshift.defaults import (
 from ctrlsim.recommenders.promptshift.engine import Episode, PromptShiftEngine
 
 from .checks import check_options, check_positive_int, check_render_mode, check_reset, check_seed
+from .registration import PlainSpec
+from .rendering import supported, text_frame
 
 REWARDS = ("slice_shift", "difficulty")
 # Read-only views of `env.engine` that the env answers as its own attributes (`env.slice_table`,
@@ -43,7 +45,7 @@ ENGINE_ATTRIBUTES = ("data", "users", "k", "n_candidates", "slice_names", "slice
 Observation = dict[str, Any]
 
 
-class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
+class PromptShiftEnv(PlainSpec, gym.Env[Observation, np.ndarray]):
     """PromptShift audit of an LLM list generator: rerank one cue-conditioned candidate pool.
 
     Episode: single step. `reset` draws a (user, scenario) pair with
@@ -92,7 +94,8 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
     repeat the prompt history; off, as in the paper), `llm_cache` (a
     response-cache path), `data` (a prebuilt `PromptShiftData`, shared between
     envs; it then fixes dataset, scenarios, positives and history). Render
-    mode "ansi" returns the cue list as text. Construction loads the dataset
+    mode "ansi" returns the cue list as text, "rgb_array" an image of it (an unsupported mode is
+    warned about at construction, and renders None). Construction loads the dataset
     and builds the slice table but neither loads the LLM nor generates anything.
 
     Attributes: `engine` (the `PromptShiftEngine`), and the engine's `ENGINE_ATTRIBUTES`
@@ -103,7 +106,7 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
     `reset`, raise `ResetNeededError`.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 1}
 
     def __init__(self, llm: str | LLM = DEFAULT_LLM, *, dataset: Dataset | str = "ml-100k",
                  n_candidates: int = N_CANDIDATES, k: int = K, scenarios: Sequence[str] = SCENARIOS,
@@ -115,7 +118,7 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
                  llm_seed: int | None = None, llm_cache: str | None = None, domain: str | None = None,
                  exclude_history: bool = False, data: PromptShiftData | None = None,
                  render_mode: str | None = None):
-        check_render_mode(render_mode, self.metadata)
+        check_render_mode(render_mode, self.metadata, type(self).__name__)
         check_llm_argument(llm)  # before the data is built: a wrong type fails at once
         n_candidates, k = check_positive_int("n_candidates", n_candidates), check_positive_int("k", k)
         if reward not in REWARDS:
@@ -219,13 +222,15 @@ class PromptShiftEnv(gym.Env[Observation, np.ndarray]):
         self._stepped = True
         return self._observation(ep), float(reward), True, False, info
 
-    def render(self) -> str | None:
-        if self.render_mode is None:
+    def render(self) -> str | np.ndarray | None:
+        if not supported(self):
             return None
         ep = check_reset(self.episode, "render")
         lines = [f"user {ep.user} | {ep.scenario}: {ep.slice_id}"]
         for n, (title, iid) in enumerate(zip(ep.cue.titles, ep.cue.item_ids), 1):
             lines.append(f"{n:2d}. {title}" + (f"  [{iid}]" if iid is not None else "  [unmatched]"))
+        if self.render_mode == "rgb_array":
+            return text_frame("\n".join(lines), 1 + self.engine.n_candidates)
         return "\n".join(lines)
 
 

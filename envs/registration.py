@@ -9,11 +9,14 @@ constructors directly.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import numbers
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
 from ctrlsim.errors import ConfigError
 
@@ -50,6 +53,42 @@ def check_plain_data(value: Any, where: str, hint: str = "") -> None:
                       f"{where} is a {type(value).__name__}{hint}")
 
 
+def plain_value(value: Any) -> Any:
+    """`value` with numpy scalars (np.int64, np.float32, np.bool_, np.str_) and arrays replaced by
+    Python values, inside lists, tuples and dicts too (their types kept): `gymnasium.make`
+    accepts `slate_size=np.int64(3)` and the env's spec still writes to JSON."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(plain_value(v) for v in value)
+    if isinstance(value, list):
+        return [plain_value(v) for v in value]
+    if isinstance(value, dict):
+        return {plain_value(k): plain_value(v) for k, v in value.items()}
+    return value
+
+
+class PlainSpec:
+    """Mixin for `gymnasium.Env` subclasses: `env.spec` keeps its kwargs as plain Python values.
+
+    `gymnasium.make` stores the kwargs it was given as the env's spec (`env.unwrapped.spec =
+    EnvSpec(...)`), numpy scalars included, and `env.spec.to_json()` cannot write an np.int64;
+    this setter stores a copy whose kwargs went through `plain_value`, so `to_json()` and
+    `gymnasium.make(env.spec)` work."""
+
+    @property
+    def spec(self) -> EnvSpec | None:
+        return self.__dict__.get("_plain_spec")
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        if isinstance(value, EnvSpec) and value.kwargs:
+            value = dataclasses.replace(value, kwargs=plain_value(dict(value.kwargs)))
+        self.__dict__["_plain_spec"] = value
+
+
 MAKE_HINT = (". gymnasium.make takes model specs: give it by name (e.g. recommender='narm', "
              "llm='qwen2.5-0.5b'), or pass the object to the env class's constructor directly")
 
@@ -70,6 +109,7 @@ class SpecEntryPoint:
         return self.env_class().metadata
 
     def __call__(self, **kwargs: Any) -> gym.Env:
+        kwargs = plain_value(kwargs)  # numpy scalars as Python values (np.bool_ is not a Number)
         for key, value in kwargs.items():
             check_plain_data(value, key, MAKE_HINT)
         return self.env_class()(**kwargs)

@@ -29,6 +29,8 @@ from ctrlsim.recommenders.steereval import (  # noqa: F401 - the protocol's name
 )
 
 from .checks import check_options, check_render_mode, check_reset, check_seed
+from .registration import PlainSpec
+from .rendering import supported, text_frame
 
 # What the env serves from its engine (`env.users`, `env.original_profile(sc)`, ...).
 ENGINE_ATTRIBUTES = ("dataset", "tags", "tag_phrases", "items", "users", "pool_size", "history_len", "k",
@@ -36,7 +38,7 @@ ENGINE_ATTRIBUTES = ("dataset", "tags", "tag_phrases", "items", "users", "pool_s
                      "tag_phrase", "build", "original_profile", "rank", "original_ranking")
 
 
-class SteerEvalEnv(gym.Env[dict, str]):
+class SteerEvalEnv(PlainSpec, gym.Env[dict, str]):
     """SteerEval steering scenario as a one-step episode.
 
     Observation (Dict): `profile` - the original profile (Text, ASCII);
@@ -64,15 +66,16 @@ class SteerEvalEnv(gym.Env[dict, str]):
     templates use, e.g. a renamed trigger); items (the catalogue items scenarios
     may use, e.g. those with a description).
     Render: mode "ansi" returns a one-line summary of the current (or just finished)
-    scenario; without a mode, None. Stepping before `reset`, or again after the one step,
+    scenario, "rgb_array" an image of it; without a mode (or with one it does not support,
+    which is warned about at construction), None. Stepping before `reset`, or again after the one step,
     and rendering before the first `reset` raise `ResetNeededError`.
     The LLM loads on first use (construction is cheap).
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 1}
 
     def __init__(self, *, render_mode: str | None = None, **engine_options: Any):
-        check_render_mode(render_mode, self.metadata)
+        check_render_mode(render_mode, self.metadata, type(self).__name__)
         self.engine = SteerEvalEngine(**engine_options)
         self.render_mode = render_mode
         self.observation_space = spaces.Dict({
@@ -138,8 +141,9 @@ class SteerEvalEnv(gym.Env[dict, str]):
                "direction": DIRECTIONS.index(sc.direction)}
         return obs, reward, True, False, info
 
-    def render(self) -> str | None:
-        if self.render_mode is None:
+    def render(self) -> Any:  # str ("ansi"), an RGB array ("rgb_array") or None
+        if not supported(self):
             return None
         sc = check_reset(self.scenario, "render")
-        return f"user {sc.user_id}: {sc.direction} {sc.tag!r} over {len(sc.pool)} items"
+        text = f"user {sc.user_id}: {sc.direction} {sc.tag!r} over {len(sc.pool)} items"
+        return text_frame(text, 1) if self.render_mode == "rgb_array" else text

@@ -98,6 +98,25 @@ class SqliteStore:
         except sqlite3.DatabaseError as exc:
             self._conn = self._start_fresh(exc)
 
+    def __getstate__(self) -> dict:
+        """Pickle / deepcopy: the path and settings, not the lock or the open connection."""
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        state.pop("_conn", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Recreate the lock and reopen the file by its path (a copy shares the file, like a second
+        run would: the first stored value of a key still wins)."""
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        try:
+            self._conn = self._connect()
+        except sqlite3.OperationalError as exc:
+            raise self._typed(exc) from None
+        except sqlite3.DatabaseError as exc:
+            self._conn = self._start_fresh(exc)
+
     def _check_writable(self) -> None:
         """The file and its folder can be written (SQLite writes its journal beside the file)."""
         folder = self.path.parent

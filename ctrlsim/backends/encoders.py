@@ -89,6 +89,15 @@ class Encoder(ABC):
         self._disk_opened = False
         self._disk_store: EmbeddingCache | None = None
 
+    def __getstate__(self) -> dict:
+        """Pickle / deepcopy: settings, the memory cache and the disk cache (which reopens its file),
+        not the loaded weights: a copy loads them on its first text neither cache has."""
+        state = self.__dict__.copy()
+        state.pop("model", None)  # the `lazy` attribute's value
+        if "_tokenizer" in state:
+            state["_tokenizer"] = None  # loaded with the weights
+        return state
+
     @property
     def _disk(self) -> EmbeddingCache | None:
         """The disk cache, opened on first use (a run whose texts are all in memory never opens it);

@@ -62,6 +62,19 @@ class TokenMeter:
         self._total = Usage()
         self._by_key: dict[str, Usage] = defaultdict(Usage)
 
+    def __getstate__(self) -> dict:
+        """Pickle / deepcopy: the totals, not the lock (a copy counts on its own from there)."""
+        with self._lock:
+            state = self.__dict__.copy()
+            state["_by_key"] = defaultdict(Usage, {k: Usage(**asdict(v)) for k, v in self._by_key.items()})
+            state["_total"] = Usage(**asdict(self._total))
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def add(self, prompt_tokens: int | None, completion_tokens: int | None, *, key: str | None = None,
             cached: bool = False) -> None:
         """One call; a count given as None was not reported: the call is one of `unknown_calls`."""

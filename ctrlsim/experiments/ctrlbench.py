@@ -86,7 +86,8 @@ class CtrlBenchConfig:
     methods: tuple[str, ...] = field(default=("base-large", "base-small", "kmeans-fusion", "ctrlbench",
                                               "random"), metadata={
         "help": "methods to compare: base-large, base-small, kmeans-fusion, ctrlbench, ctrlbench-logic, "
-                "random, oracle, or module:attribute (a method from your code, docs/ctrlbench.md)"})
+                "random, oracle, rl:PATH (a probe trained by `ctrlsim train-probe`), or module:attribute "
+                "(a method from your code, docs/ctrlbench.md)"})
     recommenders: tuple[str, ...] = field(default=("embedding",), metadata={
         "help": "black boxes (names of `ctrlsim.recommenders`, or recbole:<Model>)"})
     targets: tuple[str, ...] = field(default=("War+Film-Noir",), metadata={
@@ -152,8 +153,12 @@ class CtrlBenchConfig:
                       allow_empty=self.roster is not None or bool(custom))
         for name in custom:  # imported now: an unimportable one fails before any model loads
             from ctrlsim.agents.methods import get_method
+            from ctrlsim.agents.rl import check_rl_method, is_rl_method
 
             get_method(name)
+            if is_rl_method(name):  # a saved policy sees slates of the size it was trained on
+                for size in sorted({self.slate_for(box) for box in self.recommenders}):
+                    check_rl_method(name, slate_size=size, allow_search=self.allow_search)
         check_choice("task", self.task, TASK_CHOICES)
         check_choice("small_users", self.small_users, SMALL_USERS)
         if self.reference is not None and self.reference not in self.all_methods:

@@ -141,6 +141,7 @@ RUNNER_MODULES: dict[str, str] = {
     "steereval": "ctrlsim.experiments.steereval_tables",
     "promptshift": "ctrlsim.experiments.promptshift_tables",
     "calibrate": "ctrlsim.experiments.calibrate",
+    "train-probe": "ctrlsim.experiments.train_probe",
 }
 
 

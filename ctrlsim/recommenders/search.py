@@ -24,6 +24,18 @@ class CatalogueSearch:
         pop = dataset.items["popularity"].to_numpy(dtype=np.float64)
         self._tiebreak = 1e-6 * pop / max(pop.max(), 1.0)
 
+    def __getstate__(self) -> dict:
+        """Pickle / deepcopy: the index and settings, not the `bm25s` module (re-imported on load)."""
+        state = self.__dict__.copy()
+        state.pop("_bm25s", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        import bm25s
+
+        self.__dict__.update(state)
+        self._bm25s = bm25s
+
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every catalogue item for `query` (plus the popularity tie-breaker)."""
         tokens = self._bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)[0]

@@ -36,6 +36,8 @@ CASES: dict[str, tuple[tuple[str, ...], str | None, int, bool]] = {
                "--llm", 8, True),
     "calibrate": (("--methods", "base-small", "--dials", "0,1", "--seeds", "0", "--targets", "War",
                    "--agents", "1,1", "--rounds", "1"), "--llm", 2, False),
+    "train-probe": (("--recommender", "popularity", "--timesteps", "64", "--n-steps", "32", "--budget", "4"),
+                    None, 1, False),
 }
 
 

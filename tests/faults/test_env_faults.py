@@ -1,12 +1,14 @@
 """Bad input to the probe environments: each kind is a typed error whose message names the
 offending value (issue: reliability, points 6, 8 and 10).
 
-Kinds covered here (24): likes that are fractions (0.9, 1.7), strings ("1", "abc"), out of
-range (2, -1), the wrong length, a bare string; a query too long, with characters outside
+Kinds covered here (25): likes that are fractions (0.9, 1.7, nan, 1.0000001: floats are likes
+only when exactly 0.0 or 1.0), strings ("1", "abc"), complex, out of range (2, -1), the wrong
+length, a bare string; a query too long, with characters outside
 the charset, not a string; an unknown action key; an action that is not a dict; `l_init`
 reversed, zero or not integers; reset seeds that are negative, fractional, strings or
 bools; a bad slate size or budget; step before reset; a step past the round budget; a
-render mode the env does not declare; unknown (warned) or conflicting reset options; an unknown
+render mode that is not a string (one the env does not declare is warned about, as
+`gymnasium.make` does); unknown (warned) or conflicting reset options; an unknown
 user; a roster that is too large or repeats a name; a seed history given as one string; a
 live object handed to `gymnasium.make`; unknown target, task and recommender names (the
 target checked before a named black box loads); policy failures in a population
@@ -54,7 +56,11 @@ def env(pop_rec):
     (["abc", 0, 0], "'abc'"),        # a raw ValueError before
     ([0, 2, 0], "position 1 is 2"),
     ([0, 0, -1], "position 2 is -1"),
-    (np.array([0.0, 1.0, 0.0]), "0.0"),  # float arrays are not integer likes either
+    (np.array([0.0, 0.5, 0.0]), "0.5"),  # floats are likes only when exactly 0.0 or 1.0
+    ([1.0000001, 0, 0], "1.0000001"),
+    ([float("nan"), 0, 0], "nan"),
+    ([np.float32(0.9), 0, 0], "0.9"),
+    ([0, 0, 1 + 0j], "(1+0j)"),          # not a real number
     ([1, 0], "3 entries"),
     ("101", "'101'"),
 ])
@@ -120,12 +126,28 @@ def test_bad_reset_seeds(pop_rec, seed, named):
 @pytest.mark.parametrize("kwargs, named", [({"slate_size": 0}, "slate_size must be an integer >= 1, got 0"),
                                            ({"budget": 0}, "budget must be an integer >= 1, got 0"),
                                            ({"slate_size": 2.5}, "got 2.5"),
-                                           ({"render_mode": "rgb_array"}, "'rgb_array'")])
+                                           ({"render_mode": 5}, "got 5")])
 def test_bad_sizes_and_render_modes(pop_rec, kwargs, named):
     with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
         ProbeEnv(pop_rec, **kwargs)
     with pytest.raises(ConfigError):
         PopulationEnv(pop_rec, n_agents=2, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["rgb_array_list", "depth_array"])
+def test_unsupported_render_modes_warn_as_gymnasium_does(pop_rec, mode):
+    """Like `gymnasium.make` for a mode an env does not declare: a warning naming the mode and the
+    supported ones, and `render()` gives None (clients that probe render modes fall back)."""
+    supported = r"\['ansi', 'human', 'rgb_array'\]"
+    with pytest.warns(UserWarning, match=f"render_mode='{mode}'.*{supported}"):
+        env = ProbeEnv(pop_rec, budget=2, target="Horror", render_mode=mode)
+    env.reset(seed=0)
+    env.step({"likes": [0, 0, 0], "query": ""})
+    assert env.render() is None
+    with pytest.warns(UserWarning, match=f"render_mode='{mode}'.*{supported}"):
+        population = PopulationEnv(pop_rec, n_agents=2, budget=2, target="Horror", render_mode=mode)
+    population.reset(seed=0)
+    assert population.render() is None
 
 
 def test_step_before_reset(pop_rec):

@@ -95,8 +95,21 @@ def test_render_modes(hand_data, hand_env):
     assert hand_env.render().splitlines() == cue_list
     hand_env.step(np.zeros(4, dtype=np.float32))
     assert hand_env.render().splitlines() == cue_list  # the finished episode still renders
+    with pytest.warns(UserWarning, match=r"render_mode='human'.*\['ansi', 'rgb_array'\]"):
+        unsupported = PromptShiftEnv(data=hand_data, render_mode="human")  # as gymnasium.make does
+    assert unsupported.render() is None
     with pytest.raises(ConfigError, match="render_mode"):
-        PromptShiftEnv(data=hand_data, render_mode="human")
+        PromptShiftEnv(data=hand_data, render_mode=5)
+
+
+def test_rgb_array_draws_the_cue_list(hand_data, u1_lists):
+    env = PromptShiftEnv(data=hand_data, n_candidates=4, k=3, p=0.5, render_mode="rgb_array")
+    for gen in u1_lists:
+        env.engine.preload("u1", gen)
+    env.reset(options={"user_id": "u1", "scenario": "gender"})
+    frame = env.render()
+    assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
+    assert len(np.unique(frame.reshape(-1, 3), axis=0)) >= 5  # text drawn, not a blank frame
 
 
 def test_step_before_reset_is_a_reset_needed_error(hand_env):
