@@ -97,6 +97,9 @@ class TrainProbeConfig:
         object.__setattr__(self, "l_init", tuple(self.l_init))
         if not self.target or not all(isinstance(t, str) and t for t in self.target):
             raise ConfigError(f"target must name at least one tag, got {self.target!r}")
+        repeated = sorted({t for t in self.target if self.target.count(t) > 1})
+        if repeated:
+            raise ConfigError(f"target names a tag more than once: {', '.join(map(repr, repeated))}")
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.search_menu not in (None, "tags"):

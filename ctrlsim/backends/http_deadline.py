@@ -10,7 +10,7 @@ them, so a request cancelled from another thread (Ctrl-C in the main thread) end
 The deadline and the event live in a `RequestScope`, one per client (its per-thread state): the
 thread that sends a request sets them around it. `concurrent_map` runs a batch of requests on a
 thread pool and, on Ctrl-C, sets the batch's event and leaves without waiting for the pool.
-Imported only where `openai` is installed.
+Needs httpx2 (installed with `openai`); the `openai` package itself only for `DeadlineHttpClient`.
 """
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any, Callable, Iterator, TypeVar
 
 import httpcore2
-import openai
+import httpx2
 
 POLL = 0.25  # seconds a read waits before it looks at the cancellation event again
 T = TypeVar("T")
@@ -139,19 +140,37 @@ def _bounded(transport, scope: RequestScope):
     return transport
 
 
-class DeadlineHttpClient(openai.DefaultHttpxClient):
-    """The `openai` client's default httpx2 client (its limits, redirects, proxies from the
-    environment), with every connection bounded by `scope` (see the module docstring)."""
+@lru_cache(maxsize=1)
+def _openai_client_class() -> type:
+    import openai  # only the OpenAI-compatible runtime needs it
 
-    def __init__(self, scope: RequestScope, **kwargs):
-        self._scope = scope  # read by the transport hooks below, which the base __init__ calls
-        super().__init__(**kwargs)
+    class DeadlineHttpClient(openai.DefaultHttpxClient):
+        """The `openai` client's default httpx2 client (its limits, redirects, proxies from the
+        environment), with every connection bounded by `scope` (see the module docstring)."""
 
-    def _init_transport(self, *args, **kwargs):
-        return _bounded(super()._init_transport(*args, **kwargs), self._scope)
+        def __init__(self, scope: RequestScope, **kwargs):
+            self._scope = scope  # read by the transport hooks below, which the base __init__ calls
+            super().__init__(**kwargs)
 
-    def _init_proxy_transport(self, *args, **kwargs):
-        return _bounded(super()._init_proxy_transport(*args, **kwargs), self._scope)
+        def _init_transport(self, *args, **kwargs):
+            return _bounded(super()._init_transport(*args, **kwargs), self._scope)
+
+        def _init_proxy_transport(self, *args, **kwargs):
+            return _bounded(super()._init_proxy_transport(*args, **kwargs), self._scope)
+
+    return DeadlineHttpClient
+
+
+def DeadlineHttpClient(scope: RequestScope, **kwargs):  # noqa: N802 - used as the class it builds
+    """An `openai` httpx2 client whose requests end by their deadline (`scope`)."""
+    return _openai_client_class()(scope, **kwargs)
+
+
+def deadline_client(scope: RequestScope, *, verify: bool = True, **kwargs) -> httpx2.Client:
+    """A plain `httpx2.Client` (TLS verified unless `verify=False`) whose every socket operation is
+    bounded by `scope`'s deadline and cancel event, as the OpenAI-compatible client's are."""
+    transport = _bounded(httpx2.HTTPTransport(verify=verify), scope)
+    return httpx2.Client(transport=transport, **kwargs)
 
 
 def concurrent_map(fn: Callable[[T], R], items: list[T], max_workers: int, scope: RequestScope, *,

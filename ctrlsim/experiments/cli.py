@@ -64,6 +64,70 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+SERVE_TOKEN_ENV = "CTRLSIM_SERVE_TOKEN"
+
+
+def _box_options(text: str | None) -> dict:
+    """`--box-options` as a dict of keyword arguments for `make_recommender`."""
+    from ctrlsim.errors import ConfigError
+
+    if not text:
+        return {}
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--box-options is not valid JSON ({exc}): {text!r}") from None
+    if not isinstance(options, dict):
+        raise ConfigError(f"--box-options must be a JSON object of keyword arguments, got {text!r}")
+    return options
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve a black box over the HTTP contract (docs/http-recommenders.md) until Ctrl-C (exit 0).
+
+    Everything that can be wrong (box name and options, dataset, token variable, FastAPI/uvicorn
+    missing) is reported, exit 2, before the port is bound."""
+    import importlib.util
+    import os
+
+    from ctrlsim.errors import ConfigError, MissingDependencyError
+
+    for module in ("fastapi", "uvicorn"):
+        if importlib.util.find_spec(module) is None:
+            raise MissingDependencyError(module, "serve", "ctrlsim serve")
+    from ctrlsim.data import load_dataset
+    from ctrlsim.recommenders import make_recommender
+    from ctrlsim.recommenders.registry import check_recommender_name
+    from ctrlsim.recommenders.serve import listen, make_app, run_server, url_of
+
+    options = _box_options(args.box_options)
+    check_recommender_name(args.box)
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be in 0..65535 (0: any free port), got {args.port}")
+    token = os.environ.get(args.token_env)
+    if token is not None and not token.strip():
+        raise ConfigError(f"${args.token_env} is set but empty; unset it to serve without a token")
+    dataset = load_dataset(args.dataset)
+    try:
+        box = make_recommender(args.box, dataset, **options)
+    except TypeError as exc:  # an option the box's constructor does not take
+        if not options:
+            raise
+        raise ConfigError(f"box {args.box!r} does not take the options {sorted(options)}: {exc}") from None
+    app = make_app(box, dataset=dataset, token=token)
+    sock = listen(args.host, args.port)
+    try:
+        auth = f"bearer token from ${args.token_env} required" if token else "no token"
+        print(f"ctrlsim serve: {args.box} on {dataset.name} at {url_of(sock, args.host)} "
+              f"({auth}; OpenAPI document at /openapi.json; Ctrl-C stops)", flush=True)
+        run_server(app, sock)
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn shut down gracefully, then re-raised SIGINT
+        pass
+    finally:
+        sock.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `ctrlsim` parser; the runners and `report` parse their own arguments (`commands`)."""
     parser = argparse.ArgumentParser(prog="ctrlsim", description="Measure how controllable recommenders are.")
@@ -74,6 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="summary of a dataset")
     data.add_argument("dataset", nargs="?", default="ml-100k", help="built-in name or path")
     data.set_defaults(func=cmd_data)
+    serve = sub.add_parser("serve", help="serve a black box over HTTP (docs/http-recommenders.md)")
+    serve.add_argument("box", help="any make_recommender name: popularity, embedding, sasrec, dial:0.5, ...")
+    serve.add_argument("--dataset", default="ml-100k", help="the catalogue the box serves (default ml-100k)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
+    serve.add_argument("--box-options", default=None, metavar="JSON",
+                       help='keyword arguments of the box as a JSON object, e.g. \'{"mask_shown": true}\'')
+    serve.add_argument("--token-env", default=SERVE_TOKEN_ENV, metavar="NAME",
+                       help=f"environment variable holding the bearer token clients must send "
+                            f"(default {SERVE_TOKEN_ENV}; unset: no authentication)")
+    serve.set_defaults(func=cmd_serve)
     for name in RUNNER_MODULES:
         sub.add_parser(name, help=f"{name} tables (see `ctrlsim {name} --help`)", add_help=False)
     sub.add_parser("report", help="rebuild tables and figures from run folders (see `ctrlsim report --help`)",

@@ -47,6 +47,9 @@ class RunOptions:
     out: str | None = field(default=None, metadata={"help": "run folder (config.json, records.jsonl, "
                                                             "tables.md, figures/); rerun to resume"})
     overwrite: bool = field(default=False, metadata={"help": "discard an existing run folder's records"})
+    replay: str | None = field(default=None, metadata={
+        "help": "answer HTTP black boxes from the exchanges recorded in this earlier run folder (or its "
+                "exchanges.jsonl); no request leaves the machine"})
     allow_code_change: bool = field(default=False, metadata={
         "help": "resume a run folder written by other ctrlsim code or library versions (recorded in its "
                 "provenance.jsonl); changed inputs or resolved defaults are still refused"})
@@ -61,6 +64,11 @@ class RunOptions:
 
     def __post_init__(self):
         check_choice("executor", self.executor, EXECUTORS)
+        if self.replay is not None:
+            recorded = Path(self.replay)
+            log = recorded / "exchanges.jsonl" if recorded.is_dir() else recorded
+            if not log.is_file():
+                raise ConfigError(f"--replay {self.replay!r}: no recorded exchanges at {log}")
         if self.ray_address is not None and self.executor != "ray":
             raise ConfigError(f"--ray-address {self.ray_address!r} needs --executor ray")
         if self.out is not None:

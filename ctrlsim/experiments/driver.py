@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from ctrlsim.errors import CtrlsimError, RunInterrupted
 from ctrlsim.experiments.config import RunOptions, check_output_dir
@@ -146,9 +147,10 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     failed: dict[str, str] = {}
     ran = 0
     resolved = runner.resolved(ctx) if runner.resolved is not None else {}
-    with RunFolder(out, identity, overwrite=options.overwrite, extensible=runner.extensible,
-                   about={"runner": runner.name}, record_fields=runner.record_fields, resolved=resolved,
-                   allow_code_change=options.allow_code_change) as folder:
+    with exchange_settings(out, options), RunFolder(
+            out, identity, overwrite=options.overwrite, extensible=runner.extensible,
+            about={"runner": runner.name}, record_fields=runner.record_fields, resolved=resolved,
+            allow_code_change=options.allow_code_change) as folder:
         ctx.folder = folder
         store = folder.store
         if folder.previous is not None and show_progress:
@@ -224,6 +226,33 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     return RunResult(runner.name, out, stored_config, records, markdown, failed,
                      planned=len(planned | set(failed)), ran=ran, seconds=time.perf_counter() - started,
                      context=ctx)
+
+
+@contextmanager
+def exchange_settings(out: Path, options: RunOptions) -> Iterator[None]:
+    """While a run drives its units, HTTP black boxes record their exchanges in `<out>/exchanges.jsonl`
+    and, with `--replay RUN`, answer from RUN's recorded exchanges (`ctrlsim.recommenders.http`).
+    Environment variables, so Ray workers (which get the driver's `$CTRLSIM_*`) do the same."""
+    import os
+
+    from ctrlsim.recommenders.http_contract import EXCHANGES_ENV, REPLAY_ENV
+
+    settings = {EXCHANGES_ENV: str((out / "exchanges.jsonl").resolve())}
+    if options.replay is not None:
+        recorded = Path(options.replay)
+        log = recorded / "exchanges.jsonl" if recorded.is_dir() else recorded
+        settings[REPLAY_ENV] = str(log.resolve())
+    before = {name: os.environ.get(name) for name in (EXCHANGES_ENV, REPLAY_ENV)}
+    os.environ.pop(REPLAY_ENV, None)
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def run(protocol: str, /, out: str | Path | None = None, *, options: RunOptions | None = None,

@@ -29,7 +29,6 @@ def _check(ctx: RunContext) -> None:
     from ctrlsim.experiments.units import cached_dataset
     from ctrlsim.recommenders.registry import check_recommender_name
 
-    import_sb3()  # a missing extra fails now, naming the pip command
     config = ctx.config
     check_recommender_name(config.recommender)
     dataset = cached_dataset(config.dataset)
@@ -38,6 +37,7 @@ def _check(ctx: RunContext) -> None:
         raise ConfigError(
             f"unknown target tag(s) {unknown} in {dataset.name!r}; known: {', '.join(dataset.tags)}"
         )
+    import_sb3()  # a missing extra fails now, naming the pip command (after the cheap checks)
 
 
 def _prepare(ctx: RunContext) -> None:

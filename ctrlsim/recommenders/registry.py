@@ -47,16 +47,21 @@ def register_recommender(name: str, factory: Callable[..., Recommender], *, repl
     RECOMMENDERS[name] = factory
 
 
-SPEC_FORMS = "'recbole:<Model>', 'dial:<lambda>' or 'dial-profile:<lambda>'"
+SPEC_FORMS = "'recbole:<Model>', 'dial:<lambda>', 'dial-profile:<lambda>' or an http(s):// service URL"
 
 
 def check_recommender_name(name: str) -> None:
     """A `ConfigError` unless `make_recommender` knows `name` (nothing is built; dial specs are parsed)."""
     from ctrlsim.recommenders.dial import check_dial_spec, is_dial
+    from ctrlsim.recommenders.http_options import is_http, parse_http_spec
 
     if not isinstance(name, str):
         raise ConfigError(f"a recommender name is a string, got {name!r}")
-    if is_dial(name):
+    if is_http(name):
+        from ctrlsim.recommenders.http_options import checked_options
+
+        checked_options(parse_http_spec(name)[1])
+    elif is_dial(name):
         check_dial_spec(name)
     elif not (name.startswith("recbole:") and name.split(":", 1)[1]) and name not in RECOMMENDERS:
         raise ConfigError(f"unknown recommender {name!r}; known: {sorted(RECOMMENDERS)} or {SPEC_FORMS}")
@@ -95,10 +100,16 @@ def make_recommender(name: str, dataset: Dataset, **options) -> Recommender:
 
     Other RecBole sequential models: "recbole:<ModelName>" (e.g. recbole:GRU4Rec). Dial boxes of
     known controllability: "dial:<lambda>[:key=value...]" and "dial-profile:<lambda>[...]"
-    (`ctrlsim.recommenders.dial`).
+    (`ctrlsim.recommenders.dial`). A service behind an API: "http(s)://host:port/path[#options]"
+    (`ctrlsim.recommenders.http`).
     """
     from ctrlsim.recommenders.dial import is_dial
+    from ctrlsim.recommenders.http_options import is_http
 
+    if is_http(name):  # a service behind an API (ctrlsim.recommenders.http)
+        from ctrlsim.recommenders.http import HttpRecommender
+
+        return HttpRecommender(dataset, url=name, **options)
     if name.startswith("recbole:"):
         return _sequential(name.split(":", 1)[1])(dataset, **options)
     if is_dial(name):

@@ -2,7 +2,7 @@
 
 Every test here asserts either the typed error class and that its message names the offending value
 or file, or that results are identical to an uninterrupted run. Kinds covered, counted per file
-(one kind = one distinct bad input or fault that is tried): 273 in all.
+(one kind = one distinct bad input or fault that is tried): 288 in all.
 
 test_data_faults.py (36): bad numbers in every loader (22: timestamps out of range or infinite,
   ratings NaN/infinite/above the scale/not whole, years not whole or out of range, ages negative or
@@ -11,8 +11,9 @@ test_data_faults.py (36): bad numbers in every loader (22: timestamps out of ran
   `Dataset.build` (3); an extra field that would shift the columns (3: csv, '::' .dat, RecBole
   atomic); damaged Amazon files (6: plain file named .gz, truncated gzip, non-UTF-8 bytes, category
   as a string, null description, unknown `missing_metadata`); `UserState` history "12" and None (2).
-test_env_faults.py (24): likes that are fractions, strings, out of range, the wrong length or a bare
-  string; queries too long, outside the charset or not strings; unknown action keys and non-dict
+test_env_faults.py (29): likes that are fractions (0.5, 1.0000001, nan, a float32 0.9, a complex
+  number: floats only when exactly 0.0 or 1.0), strings, out of range, the wrong length or a bare
+  string; render modes an env does not have (a warning, as Gymnasium gives); queries too long, outside the charset or not strings; unknown action keys and non-dict
   actions; bad `l_init`; reset seeds negative, fractional, strings or bools; bad slate size, budget
   and render mode; step before reset; step past the budget; unknown or conflicting reset options;
   an unknown user; bad rosters; a seed history given as one string; a live object handed to
@@ -50,8 +51,8 @@ test_store_faults.py (11): a second writer in the same process and in another pr
   released by SIGKILL) (2); a duplicate key from a foreign writer; a line torn by a kill; a header
   that is a list; a line without `key`; a non-JSON line mid-file; a binary file; a folder where the
   file belongs; another config on the same file; a run folder that is a file (9).
-test_cli_faults.py (103), for each of the six runners (probe, steereval, promptshift, ctrlbench,
-  evolve, calibrate), exit code 2 naming the value and no LLM/torch/encoder module imported: a
+test_cli_faults.py (112), for each of the seven runners (probe, steereval, promptshift, ctrlbench,
+  evolve, calibrate, train-probe), exit code 2 naming the value and no LLM/torch/encoder module imported: a
   negative seed (6); negative or zero counts and out-of-range numbers, a lambda outside [0, 1]
   among them (24); text where a number belongs (2); unknown names of boxes, tasks, targets, tags,
   conditions, scenarios, methods, protocols, rules (17); repeated list values, a repeated lambda
@@ -73,7 +74,8 @@ test_runfolder_faults.py (10): a full disk while writing an artefact and a recor
 test_secret_faults.py (4): credentials in an LLM spec (URL userinfo, a secret query value) reach no
   file of the run folder or the cache and no printed line, for ctrlbench, promptshift and calibrate
   (2); an Authorization / API-key header and a bearer token are cut from text (2).
-test_runner_resume.py (7): SIGKILL after the first record, then a rerun, for each runner (6);
+test_runner_resume.py (8): SIGKILL after the first record (train-probe: mid-training), then a rerun,
+  for each runner (7);
   records equal an uninterrupted run's (wall-clock fields named per runner), no key written twice;
   a unit that failed because its LLM was missing is retried once the model is there (1).
 

@@ -37,6 +37,7 @@ BASE = {
                "--llm", "smollm2-135m", "--recommender", "popularity", "--debate-max-tokens", "16",
                "--merge-max-tokens", "64"],
     "calibrate": ["--methods", "random", "--dials", "0,1", "--seeds", "0", "--rounds", "1"],
+    "train-probe": ["--recommender", "popularity", "--timesteps", "64", "--n-steps", "32", "--budget", "4"],
 }
 SEED_FLAG = {"ctrlbench": "--seeds", "calibrate": "--seeds"}
 HUGE = "1000000000000"  # 1e12, as a typo or an adversary would give it
@@ -133,6 +134,15 @@ VALUE_CASES = [
     ("number above its bound", "calibrate", ["--users", HUGE], ["users", "1000000"]),  # unused by ctrlbench
     ("number above its bound", "calibrate", ["--agents", f"{HUGE},1"], ["agents", "100000"]),
     ("number above its bound", "calibrate", ["--seeds", TOO_BIG_SEED], ["seeds", str(2**63 - 1)]),
+    ("negative or zero count", "train-probe", ["--timesteps", "0"], ["timesteps", "0"]),
+    ("negative or zero count", "train-probe", ["--n-steps", "1"], ["n_steps", "1"]),
+    ("unknown name", "train-probe", ["--recommender", "bogus-box"], ["bogus-box"]),
+    ("unknown name", "train-probe", ["--target", "Bogus-Tag"], ["Bogus-Tag"]),
+    ("unknown name", "train-probe", ["--algorithm", "DQN"], ["DQN"]),
+    ("repeated list value", "train-probe", ["--target", "War,War"], ["target", "War"]),
+    ("number above its bound", "train-probe", ["--timesteps", HUGE], ["timesteps", "10000000"]),
+    ("number above its bound", "train-probe", ["--budget", HUGE], ["budget", "10000"]),
+    ("number above its bound", "train-probe", ["--seed", str(2**32)], ["seed", str(2**32 - 1)]),
 ]
 KINDS_EVERY_RUNNER_HAS = ("negative seed", "negative or zero count", "unknown name", "repeated list value",
                           "number above its bound")

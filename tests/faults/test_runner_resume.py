@@ -37,7 +37,7 @@ class RunnerCase:
     flags: tuple[str, ...]
     keys: int  # records of a finished run
     timing: tuple[str, ...]  # top-level record fields that hold wall-clock time (may differ)
-    kill_when: str = "first record"  # or "phases" (evolve: its records are written after the loop)
+    kill_when: str = "first record"  # or "phases" (evolve), "training" (train-probe: before its record)
     # Fields that differ after a resume because of a known runner defect (checked by an xfail test).
     history_dependent: tuple[str, ...] = ()
 
@@ -70,6 +70,11 @@ CASES = {
     "calibrate": RunnerCase("calibrate", ("--methods", "random,base-small", "--dials", "0,1", "--seeds", "0",
                                           "--rounds", "1", "--llm", "smollm2-135m"), keys=4,
                             timing=("timing",)),
+    # one unit, the policy, trained in the driver: the kill lands mid-training (before any record),
+    # and the resumed run trains again from the start to the same (seeded) policy
+    "train-probe": RunnerCase("train-probe", ("--recommender", "dial:1", "--timesteps", "3000", "--n-steps",
+                                              "256", "--budget", "10"), keys=1,
+                              timing=("seconds", "cpu_seconds"), kill_when="training"),
 }
 # Why these are slow (more than ~30 s each on a loaded 2-core machine, three runs each):
 # promptshift's smallest run generates 10 lists and selects thresholds on validation (~50 s a run);
@@ -104,6 +109,11 @@ def _env(cache: Path) -> dict:
 
 
 def _ready_to_kill(case: RunnerCase, out: Path) -> bool:
+    if case.kill_when == "training":  # the run folder is open and the training has had a second
+        config = out / "config.json"
+        if not config.exists():
+            return False
+        return time.time() - config.stat().st_mtime > 1.0
     if case.kill_when == "phases":  # two loop phases finished (phases.json is written after each)
         phases = out / "phases.json"
         try:
