@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ctrlsim.errors import ConfigError, CtrlsimError, DataFileError
+from ctrlsim.errors import ConfigError, CtrlsimError
 
 PROVENANCE = "provenance.jsonl"
 CODE_PACKAGES = ("ctrlsim", "ctrlsim.envs", "ctrlsim.agents")
@@ -306,41 +305,13 @@ def check_resume(where: str, stored: Mapping[str, Any], now: Mapping[str, Any], 
 
 def read_entries(path: Path) -> list[dict]:
     """The entries of a `provenance.jsonl` (a torn last line, from a kill, is skipped)."""
-    if not path.exists():
-        return []
-    entries = []
-    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            if n >= len(lines) - 1:  # the last line, cut short by a kill
-                continue
-            raise DataFileError(path, f"line {n} is not JSON: {line[:80]!r}") from None
-        if not isinstance(entry, dict):
-            raise DataFileError(path, f"line {n} is not an object")
-        entries.append(entry)
-    return entries
+    from ctrlsim.jsonlines import read_objects
+
+    return read_objects(path)
 
 
 def append_entry(path: Path, entry: Mapping[str, Any]) -> None:
     """Append one entry as one line, synced; a torn line before it (a kill mid-write) is ended first."""
-    from ctrlsim.redact import redact_secrets
+    from ctrlsim.jsonlines import append_object
 
-    data = (redact_secrets(json.dumps(entry, sort_keys=True, default=str)) + "\n").encode("utf-8")
-    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise DataFileError(path, f"cannot be written ({exc.strerror or exc}); the run's records are "
-                                  "kept, and the same command resumes") from None
+    append_object(path, entry)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from ctrlsim.errors import CtrlsimError
+from ctrlsim.jsonlines import append_object, read_objects
 from ctrlsim.redact import redact_secrets as _shown
 
 
@@ -49,9 +49,7 @@ class ExchangeLog:
 
     def append(self, entry: dict[str, Any]) -> bool:
         """Append `entry`; True when its key was answered differently before (`changed`)."""
-        import fcntl
 
-        from ctrlsim.redact import redact_secrets
 
         with self._lock:
             key = entry.get("key")
@@ -61,14 +59,7 @@ class ExchangeLog:
                 entry = {**entry, "changed": True}
             if key:
                 self._index.setdefault(key, entry["response"])  # type: ignore[union-attr]
-            line = (redact_secrets(json.dumps(entry, sort_keys=True)) + "\n").encode("utf-8")
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+            append_object(self.path, entry, sync=False)
             return changed
 
 
@@ -77,26 +68,7 @@ MISSING = object()
 
 def read_exchanges(path: str | Path) -> list[dict[str, Any]]:
     """The entries of an exchange log (a torn last line, from a kill, is skipped)."""
-    from ctrlsim.errors import DataFileError
-
-    path = Path(path)
-    if not path.exists():
-        return []
-    entries = []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            if n >= len(lines) - 1:
-                continue
-            raise DataFileError(path, f"line {n} is not JSON") from None
-        if not isinstance(entry, dict):
-            raise DataFileError(path, f"line {n} is not an exchange object")
-        entries.append(entry)
-    return entries
+    return read_objects(path)
 
 
 _LOGS: dict[str, ExchangeLog] = {}

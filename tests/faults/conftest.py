@@ -13,7 +13,8 @@ test_data_faults.py (36): bad numbers in every loader (22: timestamps out of ran
   as a string, null description, unknown `missing_metadata`); `UserState` history "12" and None (2).
 test_env_faults.py (29): likes that are fractions (0.5, 1.0000001, nan, a float32 0.9, a complex
   number: floats only when exactly 0.0 or 1.0), strings, out of range, the wrong length or a bare
-  string; render modes an env does not have (a warning, as Gymnasium gives); queries too long, outside the charset or not strings; unknown action keys and non-dict
+  string; render modes an env does not have (a warning, as Gymnasium gives); queries too long,
+  outside the charset or not strings; unknown action keys and non-dict
   actions; bad `l_init`; reset seeds negative, fractional, strings or bools; bad slate size, budget
   and render mode; step before reset; step past the budget; unknown or conflicting reset options;
   an unknown user; bad rosters; a seed history given as one string; a live object handed to
