@@ -4,65 +4,13 @@ stateless service of our own that misbehaves on purpose (`FaultyService`)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(url: str, process: subprocess.Popen | None = None, timeout: float = 120.0) -> None:
-    import httpx2
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(
-                f"the server exited with {process.returncode}: {process.stderr.read()[-2000:]}"
-            )
-        try:
-            if httpx2.get(url + "/health", timeout=1.0).status_code == 200:
-                return
-        except httpx2.TransportError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not become healthy in {timeout} s")
-
-
-class ServedBox:
-    """`ctrlsim serve BOX` in a subprocess on a free port (stopped with SIGINT)."""
-
-    def __init__(self, box: str, *extra: str, env: dict | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ctrlsim.experiments.cli", "serve", box, "--port", str(self.port), *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        wait_healthy(self.url, self.process)
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+from ctrlsim.recommenders.serve_process import ServedBox, free_port  # noqa: F401 - re-exported for tests
 
 
 class FaultyService:
