@@ -104,7 +104,8 @@ class TrainProbeConfig:
             raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.search_menu not in (None, "tags"):
             raise ConfigError(f"search_menu must be 'tags' or none, got {self.search_menu!r}")
-        if not (isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate <= 1):
+        rate = self.learning_rate
+        if isinstance(rate, bool) or not (isinstance(rate, (int, float)) and 0 < rate <= 1):
             raise ConfigError(f"learning_rate must be in (0, 1], got {self.learning_rate!r}")
 
 

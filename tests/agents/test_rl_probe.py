@@ -207,3 +207,14 @@ def test_a_learned_probe_beats_random_where_likes_steer_and_not_where_they_do_no
     assert steered["low"] > 0  # the 95% CI excludes zero
     for box in ("dial:0", "popularity"):  # negative controls: not resolved above random
         assert boxes[box]["difference"]["low"] <= 0
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("learning_rate", True), ("learning_rate", 0.0), ("timesteps", 2.5), ("seed", -1), ("target", ())],
+)
+def test_a_bad_training_config_from_python_is_a_config_error(field, value):
+    from ctrlsim.agents.rl import TrainProbeConfig
+
+    with pytest.raises(ConfigError, match=field):
+        TrainProbeConfig(**{field: value})
