@@ -243,7 +243,8 @@ class HttpRecommender(Recommender):
                     for item in state.history[len(known.history) :]:
                         events.append({"account": known.account, "item": item, "type": "like"})
                     known.history = list(state.history)
-                    extra_shown = [i for i in state.shown if i not in set(known.served)]
+                    served = set(known.served)  # once, not once per shown item
+                    extra_shown = [i for i in state.shown if i not in served]
                 else:  # a new episode (or a first one): a fresh account with the starting state
                     self._account_counter += 1
                     known = _Account(
@@ -380,9 +381,9 @@ class HttpRecommender(Recommender):
                     continue
                 items.append(item)
                 scores.append(ranked.scores[pos] if ranked.scores is not None else float(k - len(items) + 1))
-            eligible = (len(allowed) if allowed is not None else len(known)) - len(
-                banned & (allowed or set(known))
-            )
+            # Banned items are catalogue ids (histories and shown items are checked on the way in), so
+            # the whole catalogue's count needs no set of every id.
+            eligible = len(allowed - banned) if allowed is not None else len(known) - len(banned)
             if len(items) < min(k, eligible):
                 problems.append(
                     f"lists[{n}].items: {len(items)} valid items, fewer than k={k} "
