@@ -40,7 +40,10 @@ from . import prompts
 from .persona import Persona
 from .replies import Decision, decision_schema, parse_decision
 
+SKIP_REPLY = '{"like": [], "search": ""}'  # the decision taken without asking when a slate is empty
+
 PROMPT_VARIANTS = ("default", "logic")
+CONVERSATION_MODES = ("memory", "append")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,13 @@ class DecisionSettings:
     allow_search:   offer the search tool. Off, the prompt and schema name only likes (Appendix B's
                     a_t in L_t or a skip) and a query the model writes anyway is dropped and counted
                     (`searches_refused`), so the probe can only steer through the recommender.
+    conversation:   "memory" (the paper-like setting): each round is a fresh [system, user] prompt with
+                    the persona, the last M rounds summarised and the current slate. "append": the
+                    probe's conversation grows by turns (the round's slate as a user turn, its reply as
+                    an assistant turn), so with KV prefix reuse a round evaluates only its new tokens;
+                    the probe then sees every earlier slate and its own JSON replies, not a summary.
+    append_rounds:  rounds an appended conversation holds before it starts again as a memory-style
+                    prompt (keeps prompts within the context; the restart re-evaluates one prompt).
     """
 
     memory_rounds: int = 2
@@ -67,8 +77,14 @@ class DecisionSettings:
     max_tokens: int = 48
     constrained: bool = True
     allow_search: bool = True
+    conversation: str = "memory"
+    append_rounds: int = 10
 
     def __post_init__(self):
+        if self.conversation not in CONVERSATION_MODES:
+            raise ConfigError(f"conversation must be one of {CONVERSATION_MODES}, got {self.conversation!r}")
+        if self.append_rounds < 1:
+            raise ConfigError(f"append_rounds must be >= 1, got {self.append_rounds}")
         if self.memory_rounds < 0:
             raise ConfigError(f"memory_rounds must be >= 0, got {self.memory_rounds}")
         if self.prompt_variant not in PROMPT_VARIANTS:
@@ -107,6 +123,8 @@ class LLMProbe:
     searches: int = 0
     searches_refused: int = 0
     replies: dict = field(default_factory=dict)  # round (1-based) -> the raw decision reply
+    turns: list = field(default_factory=list)  # "append" mode: the messages after the system text
+    turn_rounds: int = 0  # rounds the appended conversation holds
 
 
 def display_item(dataset: Dataset, item_id: str, *, tags: bool = True) -> str:
@@ -167,9 +185,22 @@ class LLMPopulationPolicy:
             behaviour=behaviour, memory=memory, round=int(info["round"]) + 1, budget=budget,
             source=info.get("slate_source", "recommender"), slate=slate, **self.nouns)
 
+    def round_text(self, info: Mapping, budget: int) -> str:
+        """An appended round's user turn: the round and its slate (the persona is already above)."""
+        slate = "\n".join(f"{n}. {display_item(self.dataset, i)}"
+                          for n, i in enumerate(info["slate_item_ids"], start=1)) or "(nothing)"
+        return prompts.APPEND_ROUND.format(round=int(info["round"]) + 1, budget=budget,
+                                           source=info.get("slate_source", "recommender"), slate=slate,
+                                           **self.nouns)
+
     def conversation(self, agent: str, info: Mapping, slate_size: int, budget: int) -> list[dict]:
-        return [{"role": "system", "content": self.system_text(slate_size)},
-                {"role": "user", "content": self.user_text(self.probes[agent], info, budget)}]
+        probe = self.probes[agent]
+        system = {"role": "system", "content": self.system_text(slate_size)}
+        if self.settings.conversation == "append" and probe.turns \
+                and probe.turn_rounds < self.settings.append_rounds:
+            return [system, *probe.turns, {"role": "user", "content": self.round_text(info, budget)}]
+        probe.turns, probe.turn_rounds = [], 0  # (re)start: persona, memory summary, current slate
+        return [system, {"role": "user", "content": self.user_text(probe, info, budget)}]
 
     # ------------------------------------------------------------------ acting
     def act(self, observations: Mapping[str, dict], infos: Mapping[str, dict], *, slate_size: int,
@@ -181,18 +212,28 @@ class LLMPopulationPolicy:
             return {}, {}
         round_no = int(infos[agents[0]]["round"])
         actions = {}
+        convs = {a: self.conversation(a, infos[a], slate_size, budget) for a in agents}
         for agent in [a for a in agents if not infos[a]["slate_item_ids"]]:
             # Nothing to choose from (a search found nothing): skip without asking the LLM.
-            actions[agent] = self._decide(agent, '{"like": [], "search": ""}', infos[agent], slate_size)
+            actions[agent] = self._decide(agent, SKIP_REPLY, infos[agent], slate_size)
+            self._append_turn(agent, convs[agent], SKIP_REPLY)
         asking = [a for a in agents if a not in actions]
-        convs = [self.conversation(a, infos[a], slate_size, budget) for a in asking]
-        completions, failed = self._chat(asking, convs, slate_size, round_no) if asking else ({}, {})
+        completions, failed = self._chat(asking, [convs[a] for a in asking], slate_size, round_no) \
+            if asking else ({}, {})
         for agent, completion in completions.items():
             self.meter.add(completion.prompt_tokens, completion.completion_tokens,
                            key=self.probes[agent].persona.probe_id, cached=completion.cached)
             self.probes[agent].replies[int(infos[agent]["round"]) + 1] = completion.text
             actions[agent] = self._decide(agent, completion.text, infos[agent], slate_size)
+            self._append_turn(agent, convs[agent], completion.text)
         return actions, failed
+
+    def _append_turn(self, agent: str, conversation: list[dict], reply: str) -> None:
+        """"append" mode: the round's prompt and the probe's reply become its conversation so far."""
+        if self.settings.conversation == "append":
+            probe = self.probes[agent]
+            probe.turns = [*conversation[1:], {"role": "assistant", "content": reply}]
+            probe.turn_rounds += 1
 
     def _seeds(self, agents: list[str], round_no: int) -> list[int]:
         """Each agent's sampling seed this round. Sampling (temperature > 0): the probe's own seed,

@@ -109,6 +109,10 @@ DECISION_USER = (
     "Which do you like?"
 )
 
+# "append" conversations (DecisionSettings.conversation): each later round is one more user turn
+# after the probe's own earlier replies, so only the round and the slate are new text.
+APPEND_ROUND = "Round {round} of {budget}. The website now shows ({source}):\n{slate}\nWhich do you like?"
+
 MEMORY_HEADER = "Your last rounds:\n"
 MEMORY_ROUND = "- Round {round} ({source}) showed: {shown}. You liked: {liked}.{searched}\n"
 MEMORY_SEARCHED = " You then searched for \"{query}\"."

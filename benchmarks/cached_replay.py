@@ -1,24 +1,41 @@
-"""Cold vs fully cached replay of a small SteerEval run: the cache answers, so no model loads.
+"""Cold vs fully cached rerun of one `ctrlsim steereval` command: the caches answer, so no model loads.
 
-Both sides run in one invocation, each as its own Python process (imports, dataset
-loading and everything else a user's rerun pays are included):
-  cold   - a fresh run folder: profiles and ratings computed by the LLM, every
-           answer written to the folder's response cache;
-  cached - a second fresh run folder holding only a copy of that response cache:
-           every record is recomputed, every LLM call is answered from the cache,
-           and the LLM handle never loads its weights.
-Prints both wall times, the ratio, whether the records are identical, and
-whether the cached side loaded the model. By default the pair runs twice: as a
-user runs it (tables and figures), and with `--figures false` (records and
-tables only), since drawing the figures is most of what the cached side costs.
+Both sides run in one invocation, each as its own `ctrlsim steereval ...` process (the command
+line a user types, with `--out`; imports, dataset loading and everything else a rerun pays are
+included):
+  cold   - a fresh run folder and a fresh ctrlsim cache folder ($CTRLSIM_CACHE; only the
+           assembled bundled GGUF files are linked in from your cache, so no model is re-assembled):
+           profiles and ratings computed by the LLM, embeddings by the encoder, every answer
+           written to the folder's response cache and $CTRLSIM_CACHE;
+  cached - a second fresh run folder holding only a copy of that response cache, with the same
+           $CTRLSIM_CACHE: every record is recomputed from the caches.
+The cached side runs `--repeat` times (each time in a fresh folder). Printed: wall and CPU
+seconds of each side, the load average before each, the ratio cold/cached (wall, median of the
+cached runs), whether records, tables and figures are byte-identical, and which model libraries
+(torch, sentence_transformers, transformers, llama_cpp) and heavy helpers (matplotlib, scipy)
+were in `sys.modules` when each process ended.
 
-    python benchmarks/cached_replay.py --llm qwen2.5-0.5b --users 2 --pool-size 10
+Defaults are the command of issue 25:
+
+    ctrlsim steereval --llm qwen2.5-0.5b --users 1 --tags Horror,Romance --pool-size 20 \\
+        --conditions default,embedding
+
+    python benchmarks/cached_replay.py --repeat 5
+
+Python writes bytecode (`__pycache__`) as it does by default, so the cached side, like a
+user's second run, does not compile ctrlsim's sources again (`--dont-write-bytecode` keeps a
+PYTHONDONTWRITEBYTECODE=1 environment as it is). `--shared-cache` uses your $CTRLSIM_CACHE as
+it is instead of a fresh one (then the cold side finds whatever embeddings, parsed datasets and
+outputs earlier runs left there).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,29 +44,45 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-RUN = """
-import json, sys, time
-started = time.perf_counter()
-from ctrlsim.backends import load_llm
-from ctrlsim.experiments.config import RunOptions
-from ctrlsim.experiments.steereval_tables import SteerEvalConfig, run_steereval
-config = SteerEvalConfig(**json.loads(sys.argv[1]))
-out = sys.argv[2]
-llm = load_llm(config.llm, cache=out + "/llm-cache.sqlite")
-run_steereval(config, RunOptions(out=out, figures=sys.argv[3] == "on"), llm=llm, show_progress=False)
-print(json.dumps({"seconds": time.perf_counter() - started, "loaded": llm.loaded}))
+WATCHED = ("torch", "sentence_transformers", "transformers", "llama_cpp", "matplotlib", "scipy")
+MODEL_LIBRARIES = ("torch", "sentence_transformers", "transformers", "llama_cpp")
+
+# Runs the CLI exactly as the `ctrlsim` entry point does, and notes at exit which watched modules
+# the process had imported (atexit runs after the command's own SystemExit).
+WRAPPER = """
+import atexit, json, sys
+watched, report = json.loads(sys.argv[1]), sys.argv[2]
+def _note():
+    with open(report, "w") as fh:
+        json.dump(sorted(m for m in watched if m in sys.modules), fh)
+atexit.register(_note)
+sys.argv = ["ctrlsim"] + sys.argv[3:]
+from ctrlsim.experiments.cli import main
+sys.exit(main())
 """
 
 
-def run(config: dict, out: Path, figures: str) -> dict:
+def command(args: argparse.Namespace, out: Path) -> list[str]:
+    line = ["steereval", "--llm", args.llm, "--users", str(args.users), "--tags", args.tags,
+            "--pool-size", str(args.pool_size), "--conditions", args.conditions, "--out", str(out)]
+    if args.figures == "off":
+        line += ["--figures", "false"]
+    return line
+
+
+def run_side(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict:
+    report = out.parent / f"{out.name}.modules.json"
+    load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", RUN, json.dumps(config), str(out), figures],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, json.dumps(WATCHED), str(report),
+                           *command(args, out)], capture_output=True, text=True, check=False, env=env)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise SystemExit(f"steereval run failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["process_seconds"] = time.perf_counter() - started
-    return result
+        raise SystemExit(f"ctrlsim steereval failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall": wall, "cpu": cpu, "load": load, "modules": json.loads(report.read_text())}
 
 
 def records(out: Path) -> list:
@@ -57,40 +90,83 @@ def records(out: Path) -> list:
     return sorted((json.loads(line) for line in lines if line.strip()), key=json.dumps)
 
 
+def outputs(out: Path) -> dict[str, bytes]:
+    files = {"tables.md": (out / "tables.md").read_bytes()}
+    for png in sorted((out / "figures").glob("*.png")) if (out / "figures").is_dir() else []:
+        files[f"figures/{png.name}"] = png.read_bytes()
+    return files
+
+
+def side_env(args: argparse.Namespace, cache: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if not args.dont_write_bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if cache is not None:
+        env["CTRLSIM_CACHE"] = str(cache)
+    return env
+
+
+def fresh_cache(root: Path) -> Path:
+    """An empty ctrlsim cache folder with the assembled bundled models linked in from yours."""
+    from ctrlsim.backends.bundled import cache_root
+
+    cache = root / "ctrlsim-cache"
+    cache.mkdir()
+    models = cache_root() / "models"
+    if models.is_dir():
+        (cache / "models").symlink_to(models, target_is_directory=True)
+    return cache
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="qwen2.5-0.5b")
-    parser.add_argument("--tag", default="Horror")
-    parser.add_argument("--users", type=int, default=2)
-    parser.add_argument("--pool-size", type=int, default=10)
-    parser.add_argument("--figures", choices=["both", "on", "off"], default="both",
-                        help="time the run with figures, without them (--figures false), or both")
+    parser.add_argument("--tags", default="Horror,Romance")
+    parser.add_argument("--users", type=int, default=1)
+    parser.add_argument("--pool-size", type=int, default=20)
+    parser.add_argument("--conditions", default="default,embedding")
+    parser.add_argument("--figures", choices=["on", "off"], default="on",
+                        help="the command as given (figures on), or with --figures false")
+    parser.add_argument("--repeat", type=int, default=3, help="cached runs (each in a fresh folder)")
+    parser.add_argument("--shared-cache", action="store_true",
+                        help="use your $CTRLSIM_CACHE as it is, not a fresh one for the pair")
+    parser.add_argument("--dont-write-bytecode", action="store_true",
+                        help="keep PYTHONDONTWRITEBYTECODE from the environment "
+                             "(default: Python writes bytecode)")
     args = parser.parse_args()
-    config = {"llm": args.llm, "tags": [args.tag], "users": args.users, "pool_size": args.pool_size,
-              "conditions": ["default"], "table8_samples": 2}
 
-    print(f"llm={args.llm} tag={args.tag} users={args.users} pool={args.pool_size} condition=default")
-    for figures in (["on", "off"] if args.figures == "both" else [args.figures]):
-        with tempfile.TemporaryDirectory(prefix="ctrlsim-replay-") as tmp:
-            cold_out, cached_out = Path(tmp) / "cold", Path(tmp) / "cached"
-            cold = run(config, cold_out, figures)
-            cached_out.mkdir()
-            shutil.copy(cold_out / "llm-cache.sqlite", cached_out / "llm-cache.sqlite")
-            cached = run(config, cached_out, figures)
-            cold_records, cached_records = records(cold_out), records(cached_out)
+    with tempfile.TemporaryDirectory(prefix="ctrlsim-replay-") as tmp:
+        root = Path(tmp)
+        env = side_env(args, None if args.shared_cache else fresh_cache(root))
+        print("command: ctrlsim " + " ".join(command(args, Path("<out>"))))
+        print(f"cache: {'your $CTRLSIM_CACHE' if args.shared_cache else 'fresh (bundled models linked)'}; "
+              f"bytecode written: {'PYTHONDONTWRITEBYTECODE' not in env}")
+        cold_out = root / "cold"
+        cold = run_side(args, cold_out, env)
+        cached = []
+        for i in range(args.repeat):
+            out = root / f"cached-{i}"
+            out.mkdir()
+            shutil.copy(cold_out / "llm-cache.sqlite", out / "llm-cache.sqlite")
+            cached.append(run_side(args, out, env) | {"out": out})
+        cold_records, cold_outputs = records(cold_out), outputs(cold_out)
+        same_records = all(records(c["out"]) == cold_records for c in cached)
+        same_outputs = all(outputs(c["out"]) == cold_outputs for c in cached)
 
-        print(f"\nfigures {figures}: {len(cold_records)} episodes")
-        rows = [["cold (fresh cache)", cold["process_seconds"], cold["seconds"], cold["loaded"]],
-                ["cached (copy of the cold run's cache)", cached["process_seconds"], cached["seconds"],
-                 cached["loaded"]]]
-        print(tabulate(rows,
-                       headers=["run", "process seconds", "seconds after start", "model loaded"],
-                       floatfmt=".2f"))
-        whole = cold["process_seconds"] / cached["process_seconds"]
-        print(f"ratio cold/cached: {whole:.1f}x (whole process), "
-              f"{cold['seconds'] / cached['seconds']:.1f}x (after interpreter start)")
-        print(f"records identical: {cold_records == cached_records} ({len(cold_records)} records)")
+    rows = [["cold", f"{cold['wall']:.2f}", f"{cold['cpu']:.2f}", f"{cold['load']:.2f}",
+             ", ".join(cold["modules"]) or "none"]]
+    rows += [[f"cached {i + 1}", f"{c['wall']:.2f}", f"{c['cpu']:.2f}", f"{c['load']:.2f}",
+              ", ".join(c["modules"]) or "none"] for i, c in enumerate(cached)]
+    print(tabulate(rows, headers=["run", "wall s", "CPU s", "load avg (1 min) before", "imported at exit"]))
+    wall = statistics.median(c["wall"] for c in cached)
+    cpu = statistics.median(c["cpu"] for c in cached)
+    libraries = sorted({m for c in cached for m in c["modules"] if m in MODEL_LIBRARIES})
+    print(f"records identical: {same_records} ({len(cold_records)} records); "
+          f"tables and figures byte-identical: {same_outputs} ({len(cold_outputs)} files)")
+    print(f"model libraries imported by the cached side: {', '.join(libraries) or 'none'}")
+    print(f"ratio cold/cached: {cold['wall'] / wall:.1f}x wall (cached median {wall:.2f} s), "
+          f"{cold['cpu'] / cpu:.1f}x CPU")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,8 @@ def measure(args) -> tuple[dict, dict]:
         llm=args.llm,
         recommender=args.recommender,
         seed=args.seed,
+        conversation=args.conversation,
+        eval_conversation=args.conversation,
     )
     out = Path(args.out or tempfile.mkdtemp(prefix="evolution-cost-"))
     result = run_evolve(config, RunOptions(out=str(out), overwrite=True), show_progress=True)
@@ -136,7 +138,8 @@ def report(phases: dict, shares: dict, args) -> str:
         "",
         f"load average during the run: {os.getloadavg()}",
         f"measured run: {args.agents} probes, E_m={args.merges}, E_i={args.rounds_per_merge}, "
-        f"t={args.eval_rounds}, LLM {args.llm}: {sum(e.get('seconds', 0) for e in phases.values()):.0f} s",
+        f"t={args.eval_rounds}, LLM {args.llm}, conversation {getattr(args, 'conversation', 'memory')}: "
+        f"{sum(e.get('seconds', 0) for e in phases.values()):.0f} s",
         f"paper-size run (100 -> 50 -> 25, E_i=2, t=20) extrapolated from CPU s per call "
         f"(one core, CTRLSIM_THREADS={os.environ.get('CTRLSIM_THREADS', '1')}): {total / 60:.1f} min "
         f"({'within' if total <= GOAL_SECONDS else 'over'} the 30-minute goal by "
@@ -159,6 +162,8 @@ def main() -> None:
     parser.add_argument("--llm", default="qwen2.5-0.5b")
     parser.add_argument("--recommender", default="embedding")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--conversation", default="memory", choices=["memory", "append"],
+                        help="probe prompts in the loop's and the evaluation's rounds")
     parser.add_argument("--out", default=None, help="run folder (default: a fresh temporary folder)")
     parser.add_argument("--from-run", default=None, help="report an existing run folder instead of running")
     args = parser.parse_args()
@@ -169,6 +174,7 @@ def main() -> None:
         config = json.loads((folder / "config.json").read_text())["config"]
         for key in ("agents", "merges", "rounds_per_merge", "eval_rounds", "llm"):
             setattr(args, key, config[key])
+        args.conversation = config.get("conversation", "memory")
         records = [
             json.loads(line)
             for line in (folder / "records.jsonl").read_text().splitlines()[1:]

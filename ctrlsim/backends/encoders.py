@@ -9,6 +9,10 @@ first text the memory cache lacks; where its folder ($CTRLSIM_CACHE/embeddings)
 cannot be written the encoder warns (`CacheUnavailableWarning`) and keeps its
 embeddings in memory only. A vector another run stored first is the one used.
 
+Constructing an encoder imports no model library: that the runtime is installed is checked
+with `importlib.util.find_spec`, and sentence-transformers / transformers / torch are imported
+on the first text neither cache has, so a run whose embeddings are all cached never loads them.
+
 Spec: a bundled/alias name (minilm, bge, twhin-bert, mxbai), `st:<id|path>`,
 `hf:<id|path>[#mean|#pooler|#cls]`, or a bare path / hub id.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -176,20 +181,35 @@ class Encoder(ABC):
         return np.stack([self._memory[k] for k in keys])
 
 
+def _require(module: str, purpose: str) -> None:
+    """A missing runtime is reported at construction, without importing it (importing
+    sentence-transformers costs seconds, and a fully cached run never needs it)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that fails, a module without a spec
+        found = False
+    if not found:
+        raise MissingDependencyError(module, "encoders", purpose)
+
+
+def _import_runtime(module: str, purpose: str):
+    """The runtime module, imported on the first cache miss (a broken install is typed here too)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(module, "encoders", purpose) from exc
+
+
 class SentenceTransformerEncoder(Encoder):
     def __init__(self, name: str, spec: EncoderSpec, *, device: str | None = None, **kwargs):
-        try:
-            import sentence_transformers  # noqa: F401  (a missing runtime is reported now)
-        except ImportError as exc:
-            raise MissingDependencyError("sentence_transformers", "encoders", "text encoders") from exc
+        _require("sentence_transformers", "text encoders")
         super().__init__(name, spec, **kwargs)
         self.device = device
         # Where the weights are is checked now (cheap); they load on the first cache miss.
         self.source = resolve_model(spec.model, offline_default="minilm")
 
     def _load(self):
-        from sentence_transformers import SentenceTransformer
-
+        SentenceTransformer = _import_runtime("sentence_transformers", "text encoders").SentenceTransformer
         try:
             with torch_threads(self.threads):
                 return SentenceTransformer(self.source, device=default_device(self.device))
@@ -209,14 +229,19 @@ class TransformersEncoder(Encoder):
                  **kwargs):
         if spec.pooling not in ("mean", "pooler", "cls"):
             raise ConfigError(f"pooling must be mean, pooler or cls, got {spec.pooling!r}")
-        try:
-            import transformers  # noqa: F401  (a missing runtime is reported now)
-        except ImportError as exc:
-            raise MissingDependencyError("transformers", "encoders", "transformers encoders") from exc
+        _require("transformers", "transformers encoders")
         super().__init__(name, spec, **kwargs)
-        self.device, self.max_length = default_device(device), max_length
+        self.max_length = max_length
+        self._device = device  # resolved (torch asked for CUDA) on first use, not here
         self._tokenizer = None
         self.source = resolve_model(spec.model, offline_default="minilm")  # checked now, loaded on first miss
+
+    @property
+    def device(self) -> str:
+        """The torch device: the one asked for, else CUDA where torch sees it, else the CPU."""
+        if self._device is None:
+            self._device = default_device(None)
+        return self._device
 
     @property
     def tokenizer(self):
@@ -224,8 +249,7 @@ class TransformersEncoder(Encoder):
         return self._tokenizer
 
     def _load(self):
-        import transformers
-
+        transformers = _import_runtime("transformers", "transformers encoders")
         try:
             with torch_threads(self.threads):
                 self._tokenizer = transformers.AutoTokenizer.from_pretrained(self.source)

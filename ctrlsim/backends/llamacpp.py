@@ -3,18 +3,22 @@
 The weights load on the first call the response cache cannot answer, so a fully
 cached rerun never loads the model.
 
-`rate` and greedy `chat` run a batch as parallel sequences of one llama.cpp
-context (see `llamacpp_parallel`): the prompts' shared prefix is evaluated once
-and every prompt's own tokens, and then every reply's next token, go through one
-`llama_batch`. `n_parallel` caps the sequences decoded together (a larger batch
-is split). Sampled generation (temperature > 0) and `n_parallel=1` take the
-sequential path: one prompt at a time in the model's own context, each from a
-fresh KV cache, so a seeded reply does not depend on what else was in the batch.
+`rate` and `chat` (greedy and sampled) run a batch as parallel sequences of one
+llama.cpp context (see `llamacpp_parallel`), and what those sequences hold stays in
+the KV cache between calls (`kv_reuse`, a budget of `parallel_ctx` cells over
+`kv_slots` sequences, least recently used evicted): every prompt starts from its
+longest cached token prefix, so a conversation that grew by a turn, a debate's
+transcript or a profile rated against many items evaluates only its new tokens.
+`n_parallel` caps the sequences decoded together (a larger batch is split). A sampled
+reply is drawn by its own sampler chain seeded with its conversation's seed. With
+`n_parallel=1` every call takes the sequential path: one prompt at a time in the
+model's own context, each reply from a fresh KV cache.
 """
 from __future__ import annotations
 
 import importlib.util
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -47,13 +51,17 @@ def _import_llama_cpp():
     return llama_cpp, Jinja2ChatFormatter
 
 
+MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context can hold
+
+
 class LlamaCppLLM(LLM):
     runtime = "llama.cpp"
     supports_json_schema = True  # llama.cpp compiles a JSON Schema into a GBNF grammar
 
     def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
                  n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
-                 parallel_ctx: int | None = None, n_gpu_layers: int = 0, **kwargs):
+                 parallel_ctx: int | None = None, n_gpu_layers: int = 0, kv_reuse: bool = True,
+                 kv_slots: int | None = None, **kwargs):
         if importlib.util.find_spec("llama_cpp") is None:  # reported now; imported on the first call
             raise MissingDependencyError("llama_cpp", "llm", "GGUF models")
         model_path = Path(model_path)
@@ -61,6 +69,9 @@ class LlamaCppLLM(LLM):
             raise ModelError(f"GGUF file not found: {model_path}")
         if n_parallel < 1:
             raise ConfigError(f"n_parallel must be >= 1, got {n_parallel}")
+        if kv_slots is not None and not 2 * n_parallel + 1 <= kv_slots <= MAX_SEQUENCES:
+            raise ConfigError(f"kv_slots must be in [{2 * n_parallel + 1}, {MAX_SEQUENCES}] for n_parallel="
+                              f"{n_parallel}, got {kv_slots}")
         if n_gpu_layers < -1:
             raise ConfigError(f"n_gpu_layers must be -1 (all layers) or >= 0, got {n_gpu_layers}")
         super().__init__(model_id or model_path.stem, **kwargs)
@@ -69,8 +80,11 @@ class LlamaCppLLM(LLM):
         self.n_threads, self.n_ctx, self.n_batch = n_threads, n_ctx, n_batch
         self.n_parallel = n_parallel
         self.n_gpu_layers = n_gpu_layers  # -1: every layer on the GPU (needs a GPU build of llama.cpp)
-        # Cells for all parallel sequences together; never less than one full sequential context.
-        self.parallel_ctx = max(parallel_ctx or 2 * n_ctx, n_ctx)
+        # Cells for all parallel sequences together, cached prefixes included; never less than one
+        # full sequential context.
+        self.parallel_ctx = max(parallel_ctx or 4 * n_ctx, n_ctx)
+        self.kv_reuse = kv_reuse  # keep what the sequences hold between calls (off: each call from empty)
+        self.kv_slots = kv_slots
         self._parallel = None  # the ParallelContext, created on first parallel use
         # What is open, in the order it was opened; closed by `close()` or, at the latest, at interpreter
         # exit while llama_cpp's module is still intact (its own __del__ then would find it half torn down).
@@ -131,19 +145,24 @@ class LlamaCppLLM(LLM):
         from ctrlsim.backends.llamacpp_parallel import ParallelContext
 
         llm = self._llm
-        if self._parallel is None or self._parallel.workers != self.n_parallel:
+        slots = self.kv_slots or min(MAX_SEQUENCES, 4 * self.n_parallel + 1)
+        wanted = (self.n_parallel, slots)
+        if self._parallel is None or (self._parallel.workers, self._parallel.n_seq) != wanted:
             if self._parallel is not None:
                 self._sequential_evaluated += self._parallel.evaluated_tokens
                 self._open.remove(self._parallel)
                 self._parallel.close()
-            self._parallel = ParallelContext(llm, n_seq=self.n_parallel + 1, n_ctx=self.parallel_ctx,
-                                             n_batch=max(self.n_batch, 512), n_threads=self.n_threads)
+            self._parallel = ParallelContext(llm, n_seq=slots, workers=self.n_parallel,
+                                             n_ctx=self.parallel_ctx, n_batch=max(self.n_batch, 512),
+                                             n_threads=self.n_threads, reuse=self.kv_reuse)
             self._open.append(self._parallel)
+        self._parallel.pool.reuse = self.kv_reuse
         return self._parallel
 
     @property
     def evaluated_tokens(self) -> int:
-        """Tokens actually run through the model by `rate` (shows how much prefix reuse saved)."""
+        """Tokens actually run through the model by `rate` and parallel `chat` (shows how much prefix
+        reuse saved)."""
         return self._sequential_evaluated + (self._parallel.evaluated_tokens if self._parallel else 0)
 
     # --------------------------------------------------------------- prompts
@@ -173,9 +192,17 @@ class LlamaCppLLM(LLM):
 
     # -------------------------------------------------------------- generation
     def _generate(self, conversations: list[Conversation], params: GenerationParams) -> list[Completion]:
-        if params.temperature == 0.0 and self.n_parallel > 1:
-            return self._generate_parallel(conversations, params)
+        if self.n_parallel > 1:
+            return self._generate_parallel(conversations, params, [params.seed] * len(conversations))
         return self._generate_sequential(conversations, params)
+
+    def _generate_each(self, conversations: list[Conversation],
+                       params: list[GenerationParams]) -> list[Completion]:
+        """Conversations that differ only in their seed go out as one parallel batch, each sequence
+        sampling from its own seed."""
+        if self.n_parallel > 1 and params and len({replace(p, seed=None) for p in params}) == 1:
+            return self._generate_parallel(conversations, params[0], [p.seed for p in params])
+        return super()._generate_each(conversations, params)
 
     def _generate_sequential(self, conversations: list[Conversation],
                              params: GenerationParams) -> list[Completion]:
@@ -198,22 +225,35 @@ class LlamaCppLLM(LLM):
                                   choice.get("finish_reason") or "stop"))
         return out
 
-    def _generate_parallel(self, conversations: list[Conversation],
-                           params: GenerationParams) -> list[Completion]:
-        """Greedy replies decoded side by side; same stopping rules as `create_completion`."""
+    def _generate_parallel(self, conversations: list[Conversation], params: GenerationParams,
+                           seeds: list[int | None]) -> list[Completion]:
+        """Replies decoded side by side (`seeds[i]` draws conversation i's tokens when sampling);
+        same sampler chain and stopping rules as `create_completion`."""
         if not conversations:
             return []
         token_lists = [self.tokenize(self.render(conv)) for conv in conversations]
+        draws = [s if s is not None else 0 for s in seeds]
+        # Identical prompts with one seed share one draw: decoded once, so batching noise between
+        # their sequences cannot make copies of one conversation differ.
+        unique: dict[tuple, int] = {}
+        for tokens, seed in zip(token_lists, draws):
+            unique.setdefault((tuple(tokens), seed if params.temperature > 0 else 0), len(unique))
+        keys = list(unique)
         # create_completion's clip: the reply may use what the sequential context has left.
-        limits = [min(params.max_tokens, self.n_ctx - len(t)) for t in token_lists]
+        limits = [min(params.max_tokens, self.n_ctx - len(k[0])) for k in keys]
         grammar = self.grammar_for(params.json_schema) if params.json_schema is not None else None
         try:
-            replies = self._parallel_context().generate(token_lists, limits, stop=params.stop,
-                                                        grammar=grammar)
+            replies = self._parallel_context().generate(
+                [list(k[0]) for k in keys], limits, stop=params.stop, grammar=grammar,
+                temperature=params.temperature, top_p=params.top_p, seeds=[k[1] for k in keys])
         except RuntimeError as exc:
             raise ModelError(f"llama.cpp parallel generation failed: {exc}") from exc
-        return [Completion(r.text.decode("utf-8", errors="ignore"), len(t), len(r.tokens), r.finish_reason)
-                for r, t in zip(replies, token_lists)]
+        out = []
+        for tokens, seed in zip(token_lists, draws):
+            r = replies[unique[(tuple(tokens), seed if params.temperature > 0 else 0)]]
+            out.append(Completion(r.text.decode("utf-8", errors="ignore"), len(tokens), len(r.tokens),
+                                  r.finish_reason))
+        return out
 
     # ------------------------------------------------------------------ rating
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:

@@ -1,32 +1,25 @@
-"""Parallel sequences in one llama.cpp context: a shared prefix once, many continuations side by side.
+"""Parallel sequences in one llama.cpp context: cached prefixes reused, many continuations side by side.
 
-llama.cpp's own batching, as in its `batched` and `parallel` examples: one context
-with several sequence ids over a unified KV cache. Sequence 0 holds the common
-prefix of a group of prompts (kept between calls, so the next group re-evaluates
-only what differs); each prompt runs on a worker sequence that starts as a copy
-of it (`llama_memory_seq_cp` shares the prefix's cells, nothing is recomputed),
-and the workers' tokens go through one `llama_batch` per decode step. A batch
-with more prompts than worker sequences, or more tokens than the KV cache holds,
-is split into groups that run one after another.
+llama.cpp's own batching, as in its `batched` and `parallel` examples: one context with
+several sequence ids over a unified KV cache. What the sequences hold is kept between calls
+(`llamacpp_kv.SlotPool`): each prompt starts on a sequence that already holds its longest
+cached prefix (its own previous turn, a shared system text, a profile), so only the rest is
+evaluated, and a prefix that several prompts of a batch share but the cache lacks is
+evaluated once and copied (`llama_memory_seq_cp` shares the cells, nothing is recomputed).
+The prompts' own tokens, and then every reply's next token, go through one `llama_batch` per
+decode step. A batch with more prompts than worker sequences, or more tokens than the KV
+cache holds, is split into groups that run one after another.
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from ctrlsim.backends.llamacpp_kv import CapacityError, Placement, SlotPool, common_prefix
+from ctrlsim.backends.llamacpp_sampling import GreedyChooser, SampledChooser
 from ctrlsim.errors import ModelError
-
-
-def shared_prefix_length(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if diff.size else n
 
 
 @dataclass
@@ -53,7 +46,7 @@ def plan_groups(token_lists: list[list[int]], workers: int, capacity: int,
     for i in order:
         trial = members + [i]
         # In sorted order the common prefix of a run is that of its first and last member.
-        shared = shared_prefix_length(token_lists[trial[0]], token_lists[i])
+        shared = common_prefix(token_lists[trial[0]], token_lists[i])
         shared = min(shared, min(len(token_lists[j]) for j in trial) - 1)
         cells = shared + sum(len(token_lists[j]) - shared + reserve[j] for j in trial)
         if members and (len(trial) > workers or cells > capacity):
@@ -86,62 +79,19 @@ class Reply:
     done: bool = False
 
 
-class GreedyChooser:
-    """Greedy next token for one sequence, optionally restricted by a GBNF grammar.
-
-    With a grammar it first asks whether the unrestricted argmax is allowed (one candidate)
-    and runs the grammar over the whole vocabulary only when it is not, as llama.cpp's own
-    common sampler does; the token is the same as grammar-then-greedy (the allowed argmax).
-    """
-
-    def __init__(self, lib, vocab, n_vocab: int, grammar=None):
-        self._lib, self._n_vocab = lib, n_vocab
-        self._grammar = None
-        if grammar is not None:
-            self._grammar = lib.llama_sampler_init_grammar(vocab, grammar._grammar.encode("utf-8"),
-                                                           grammar._root.encode("utf-8"))
-            if not self._grammar:
-                raise ModelError("llama.cpp rejected the grammar compiled from the JSON schema")
-        self._one = (lib.llama_token_data * 1)()
-        self._all = None
-
-    def _apply(self, cells, size: int) -> None:
-        array = self._lib.llama_token_data_array(data=cells, size=size, selected=-1, sorted=False)
-        self._lib.llama_sampler_apply(self._grammar, ctypes.byref(array))
-
-    def choose(self, logits: np.ndarray) -> int:
-        token = int(np.argmax(logits))
-        if self._grammar is None:
-            return token
-        self._one[0].id, self._one[0].logit, self._one[0].p = token, float(logits[token]), 0.0
-        self._apply(self._one, 1)
-        if not np.isfinite(self._one[0].logit):  # the argmax breaks the grammar: restrict everything
-            if self._all is None:
-                self._all = (self._lib.llama_token_data * self._n_vocab)()
-            cells = np.ctypeslib.as_array(self._all)
-            cells["id"] = np.arange(self._n_vocab)
-            cells["logit"] = logits
-            cells["p"] = 0.0
-            self._apply(self._all, self._n_vocab)
-            token = int(np.argmax(cells["logit"]))
-        self._lib.llama_sampler_accept(self._grammar, token)
-        return token
-
-    def close(self) -> None:
-        if self._grammar is not None:
-            self._lib.llama_sampler_free(self._grammar)
-            self._grammar = None
-
-
 class ParallelContext:
-    """A second llama.cpp context on an already loaded model, with `n_seq` sequences."""
+    """A second llama.cpp context on an already loaded model: `n_seq` sequences, `workers` decoded
+    together, and what they hold kept between calls for prefix reuse (`reuse=False`: every call
+    starts from an empty cache)."""
 
-    def __init__(self, llama, *, n_seq: int, n_ctx: int, n_batch: int, n_threads: int):
+    def __init__(self, llama, *, n_seq: int, workers: int, n_ctx: int, n_batch: int, n_threads: int,
+                 reuse: bool = True):
         import llama_cpp
         from llama_cpp import _internals
 
-        if n_seq < 2:
-            raise ModelError(f"a parallel context needs at least 2 sequences (prefix + worker), got {n_seq}")
+        if workers < 1 or n_seq < 2 * workers + 1:
+            raise ModelError(f"a parallel context for {workers} workers needs at least {2 * workers + 1} "
+                             f"sequences (each prompt's own, its source, one shared prefix), got {n_seq}")
         self._lib = llama_cpp
         self._llama = llama  # keeps the model alive as long as this context
         # Start from the sequential context's settings (flash attention, KV types) so logits agree.
@@ -157,21 +107,30 @@ class ParallelContext:
             raise ModelError(f"llama.cpp could not create a context of {n_ctx} cells for {n_seq} sequences: "
                              f"{exc}") from exc
         self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
-        self.n_seq, self.n_ctx, self.n_batch = n_seq, n_ctx, n_batch
+        self.n_seq, self.workers, self.n_ctx, self.n_batch = n_seq, workers, n_ctx, n_batch
         self.n_vocab = llama.n_vocab()
-        self.held_prefix: list[int] = []  # the tokens sequence 0 holds now
+        self.pool = SlotPool(self, n_slots=n_seq, capacity=n_ctx, reuse=reuse)
         self.evaluated_tokens = 0
 
     @property
-    def workers(self) -> int:
-        return self.n_seq - 1
+    def ctx(self):
+        """The raw llama_context pointer (for llama.cpp's samplers)."""
+        return self._ctx.ctx
+
+    # ------------------------------------------------------------- KV edits (KVOps)
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        self._ctx.kv_cache_seq_rm(seq, p0, p1)
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        self._ctx.kv_cache_seq_cp(src, dst, p0, p1)
 
     # ---------------------------------------------------------------- decoding
     def _decode(self, runs: list[Run], on_output: Callable[[int, int], None]) -> None:
         """Append every run's tokens, filling batches of up to n_batch tokens.
 
         Right after the decode that holds a run's last token, `on_output(key, batch_index)`
-        reads its logits (they are only valid until the next decode).
+        reads its logits (they are only valid until the next decode). The pool records what
+        each sequence now holds.
         """
         batch = self._batch.batch
         n = 0
@@ -206,71 +165,82 @@ class ParallelContext:
                     pending.append((output_key, n))
                 n += 1
         flush()
+        for run in runs:
+            self.pool.extend(run.seq, run.tokens)
 
     def logits(self, index: int, *, copy: bool = True) -> np.ndarray:
         """Logits of output `index` of the last decode (a view is valid only until the next decode)."""
         row = np.ctypeslib.as_array(self._ctx.get_logits_ith(index), shape=(self.n_vocab,))
         return row.copy() if copy else row
 
-    def _start_group(self, token_lists: list[list[int]], group: Group) -> None:
-        """Put the group's prefix on sequence 0 (reusing what it holds) and copy it to each worker."""
-        prefix = token_lists[group.members[0]][:group.prefix_length]
-        keep = shared_prefix_length(self.held_prefix, prefix)
-        if keep < len(self.held_prefix):
-            self._ctx.kv_cache_seq_rm(0, keep, -1)
-        self.held_prefix = self.held_prefix[:keep]
-        if keep < len(prefix):
-            self._decode([Run(0, prefix[keep:], keep)], lambda key, index: None)
-        self.held_prefix = list(prefix)
-        for worker in range(1, len(group.members) + 1):
-            self._ctx.kv_cache_seq_cp(0, worker, -1, -1)
+    def _place(self, token_lists: list[list[int]], group: Group, reserve: list[int]) -> list[Placement]:
+        """Slots for the group's prompts, their shared prefix evaluated once if the cache lacks it.
 
-    def _end_group(self, group: Group) -> None:
-        for worker in range(1, len(group.members) + 1):
-            self._ctx.kv_cache_seq_rm(worker, -1, -1)
+        When what the cache holds leaves no room beside the group, it starts from an empty cache
+        (`plan_groups` made every group fit one).
+        """
+        prompts = [token_lists[i] for i in group.members]
+        for attempt in (1, 2):
+            try:
+                task = self.pool.shared_prefix_task(prompts)
+                if task is not None:
+                    slot, start, tokens = task
+                    self._decode([Run(slot, tokens, start)], lambda key, index: None)
+                return self.pool.place(prompts, [reserve[i] for i in group.members])
+            except CapacityError:
+                if attempt == 2:
+                    raise ModelError(f"a group of {len(prompts)} prompts does not fit the KV cache of "
+                                     f"{self.n_ctx} cells") from None
+                self.reset()
+        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ scoring
     def last_logits(self, token_lists: list[list[int]]) -> list[np.ndarray]:
-        """Logits after each prompt, prompts sharing a prefix evaluated as parallel sequences."""
+        """Logits after each prompt, each starting from its longest cached prefix."""
         out: list[np.ndarray | None] = [None] * len(token_lists)
 
         def keep(key: int, index: int) -> None:
             out[key] = self.logits(index)
 
+        self.pool.begin_call()
         for group in plan_groups(token_lists, self.workers, self.n_ctx):
-            self._start_group(token_lists, group)
-            try:
-                self._decode([Run(w, token_lists[i][group.prefix_length:], group.prefix_length, key=i)
-                              for w, i in enumerate(group.members, start=1)], keep)
-            finally:
-                self._end_group(group)
+            places = self._place(token_lists, group, [0] * len(token_lists))
+            self._decode([Run(p.slot, token_lists[i][p.start:], p.start, key=i)
+                          for i, p in zip(group.members, places)], keep)
         return out  # type: ignore[return-value]
 
     # --------------------------------------------------------------- generation
     def generate(self, token_lists: list[list[int]], limits: list[int], *, stop: tuple[str, ...],
-                 grammar=None) -> list[Reply]:
-        """Greedy continuation of each prompt until end-of-generation, a stop string or its token limit.
+                 grammar=None, temperature: float = 0.0, top_p: float = 1.0,
+                 seeds: list[int] | None = None) -> list[Reply]:
+        """Continuation of each prompt until end-of-generation, a stop string or its token limit.
 
-        `grammar` (a llama-cpp-python LlamaGrammar) restricts every sequence; the stopping rules
-        and the text are those of `Llama.create_completion`.
+        Greedy at temperature 0; otherwise sampled, each sequence by its own sampler chain seeded
+        with `seeds[i]` (`llamacpp_sampling.SampledChooser`). `grammar` (a llama-cpp-python
+        LlamaGrammar) restricts every sequence; the stopping rules and the text are those of
+        `Llama.create_completion`.
         """
         replies = [Reply() for _ in token_lists]
         stops = [s.encode("utf-8") for s in stop]
+        seeds = seeds if seeds is not None else [0] * len(token_lists)
         vocab = self._llama._model.vocab
+        self.pool.begin_call()
         for group in plan_groups(token_lists, self.workers, self.n_ctx, reserve=limits):
-            worker = {i: w for w, i in enumerate(group.members, start=1)}
-            choosers: dict[int, GreedyChooser] = {}
+            choosers: dict[int, GreedyChooser | SampledChooser] = {}
             chosen: dict[int, int] = {}
 
             def choose(key: int, index: int, chosen=chosen, choosers=choosers) -> None:
-                chosen[key] = choosers[key].choose(self.logits(index, copy=False))
+                chosen[key] = choosers[key].choose(self, index)
 
             try:
                 for i in group.members:
-                    choosers[i] = GreedyChooser(self._lib, vocab, self.n_vocab, grammar)
-                self._start_group(token_lists, group)
-                self._decode([Run(worker[i], token_lists[i][group.prefix_length:], group.prefix_length, key=i)
-                              for i in group.members], choose)
+                    choosers[i] = GreedyChooser(self._lib, vocab, self.n_vocab, grammar) if temperature == 0 \
+                        else SampledChooser(self._lib, vocab, temperature=temperature, top_p=top_p,
+                                            seed=seeds[i], grammar=grammar)
+                places = self._place(token_lists, group, limits)
+                slot = {i: p.slot for i, p in zip(group.members, places)}
+                self._decode([Run(p.slot, token_lists[i][p.start:], p.start, key=i)
+                              for i, p in zip(group.members, places)], choose)
                 active = list(group.members)
                 while active:
                     runs, unfinished = [], []
@@ -279,14 +249,13 @@ class ParallelContext:
                         self._advance(replies[i], token, token_lists[i], limits[i], stops)
                         if not replies[i].done:
                             position = len(token_lists[i]) + len(replies[i].tokens) - 1
-                            runs.append(Run(worker[i], [token], position, key=i))
+                            runs.append(Run(slot[i], [token], position, key=i))
                             unfinished.append(i)
                     active = unfinished
                     self._decode(runs, choose)
             finally:
                 for chooser in choosers.values():
                     chooser.close()
-                self._end_group(group)
         return replies
 
     def _advance(self, reply: Reply, token: int, prompt: list[int], limit: int, stops: list[bytes]) -> None:
@@ -307,9 +276,9 @@ class ParallelContext:
             reply.text, reply.finish_reason, reply.done = text, "length", True
 
     def reset(self) -> None:
-        """Forget every sequence (sequence 0's prefix included)."""
+        """Forget every sequence."""
         self._ctx.kv_cache_clear()
-        self.held_prefix = []
+        self.pool.forget()
 
     def close(self) -> None:
         self._batch.close()

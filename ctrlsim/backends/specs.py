@@ -54,6 +54,12 @@ def default_gpu_layers() -> int:
     return _env_int("CTRLSIM_GPU_LAYERS", 0, -1, "-1 (all layers) or >= 0")
 
 
+def default_kv_reuse() -> bool:
+    """Whether llama.cpp keeps KV prefixes between calls: $CTRLSIM_KV_REUSE (1, the default, or 0:
+    every call starts from an empty KV cache, so an uncached seeded reply replays exactly)."""
+    return bool(_env_int("CTRLSIM_KV_REUSE", 1, 0, "0 or 1"))
+
+
 def parse_spec(spec: str) -> tuple[str | None, str]:
     head, sep, rest = spec.partition(":")
     if sep and head in RUNTIMES:
@@ -85,6 +91,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
         from ctrlsim.backends.llamacpp import LlamaCppLLM
 
         options.setdefault("n_gpu_layers", default_gpu_layers())
+        options.setdefault("kv_reuse", default_kv_reuse())
 
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,

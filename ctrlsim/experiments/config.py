@@ -250,8 +250,15 @@ def config_from_args(cls: type[C], args: argparse.Namespace, **overrides) -> C:
 
 
 def config_to_dict(config) -> dict:
-    """A JSON-able dict of a config dataclass (tuples become lists; nested dataclasses too)."""
-    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    """A JSON-able dict of a config dataclass (tuples become lists; nested dataclasses too).
+
+    A field added after runs were stored (metadata `omit_default=True`) is left out while it holds
+    its default, so run folders written before it resume and their records stay identical."""
+    data = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    for f in dataclasses.fields(config):
+        if f.metadata.get("omit_default") and getattr(config, f.name) == _default_of(f):
+            data.pop(f.name, None)
+    return data
 
 
 def config_from_dict(cls: type[C], data: Mapping[str, Any]) -> C:

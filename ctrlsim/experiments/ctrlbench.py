@@ -124,6 +124,10 @@ class CtrlBenchConfig:
         "help": f"M, rounds of short-term memory in the prompt (the shared evaluation setting; "
                 f"{bound(MAX_ROUNDS)})"})
     target_visible: bool = field(default=True, metadata={"help": "show the target tags to the probes"})
+    conversation: str = field(default="memory", metadata={
+        "omit_default": True, "choices": ["memory", "append"],
+        "help": "probe prompts: memory (last M rounds summarised, the paper's) or append (a growing "
+                "conversation; fast with KV reuse, docs/ctrlbench.md)"})
     temperature: float = field(default=0.0, metadata={
         "help": "probe and profile sampling temperature; 0 = greedy, batched as parallel sequences on "
                 "llama.cpp (paper: 1.0)"})
@@ -161,6 +165,7 @@ class CtrlBenchConfig:
                     check_rl_method(name, slate_size=size, allow_search=self.allow_search)
         check_choice("task", self.task, TASK_CHOICES)
         check_choice("small_users", self.small_users, SMALL_USERS)
+        check_choice("conversation", self.conversation, ("memory", "append"))
         if self.reference is not None and self.reference not in self.all_methods:
             raise ConfigError(f"reference {self.reference!r} is not among the methods "
                               f"{list(self.all_methods)}")
@@ -319,7 +324,8 @@ def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True
     recommender = _recommender(config, box)
     targets = target_items(dataset, target)
     settings = DecisionSettings(memory_rounds=config.memory_rounds, target_visible=config.target_visible,
-                                temperature=config.temperature, allow_search=config.allow_search)
+                                temperature=config.temperature, allow_search=config.allow_search,
+                                conversation=config.conversation)
     slate_size = config.slate_for(box)
     context = MethodContext(
         dataset=dataset, recommender=recommender, target_tags=target_tags(target), target_items=targets,

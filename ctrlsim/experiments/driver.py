@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 TABLES_EVERY_S = 15.0  # how often tables.md is rewritten while units arrive (and once at the end)
+# The environment variables HTTP black boxes read (`ctrlsim.recommenders.http_contract.EXCHANGES_ENV`
+# and `REPLAY_ENV`, tested equal): named here so that a run with no HTTP box never imports that
+# module and pydantic (0.12-0.18 s of start-up at load 7: a sixth of a fully cached rerun).
+EXCHANGES_ENV, REPLAY_ENV = "CTRLSIM_EXCHANGES", "CTRLSIM_REPLAY"
 FAILURES_SHOWN = 20
 
 
@@ -234,8 +238,6 @@ def exchange_settings(out: Path, options: RunOptions) -> Iterator[None]:
     and, with `--replay RUN`, answer from RUN's recorded exchanges (`ctrlsim.recommenders.http`).
     Environment variables, so Ray workers (which get the driver's `$CTRLSIM_*`) do the same."""
     import os
-
-    from ctrlsim.recommenders.http_contract import EXCHANGES_ENV, REPLAY_ENV
 
     settings = {EXCHANGES_ENV: str((out / "exchanges.jsonl").resolve())}
     if options.replay is not None:

@@ -97,6 +97,13 @@ class EvolveConfig:
         "help": "sampling temperature of the loop's decisions, debates and merges (seeded; paper: 1.0)"})
     memory_rounds: int = field(default=3, metadata={
         "help": f"M, rounds of short-term memory in the loop's decisions ({bound(MAX_ROUNDS)})"})
+    conversation: str = field(default="memory", metadata={
+        "omit_default": True, "choices": ["memory", "append"],
+        "help": "probe prompts in the loop's rounds: memory (the paper's) or append (a growing "
+                "conversation, fast with KV reuse)"})
+    eval_conversation: str = field(default="memory", metadata={
+        "omit_default": True, "choices": ["memory", "append"],
+        "help": "probe prompts in the evaluation rounds"})
     eval_temperature: float = field(default=0.0, metadata={
         "help": "decision temperature of the evaluation rounds (the setting `ctrlsim ctrlbench` scores "
                 "every method and roster with)"})
@@ -150,6 +157,8 @@ class EvolveConfig:
         check_choice("k_rule", self.k_rule, K_RULES)
         check_choice("fusion", self.fusion, FUSIONS)
         check_choice("prompt_variant", self.prompt_variant, PROMPT_VARIANTS)
+        for name in ("conversation", "eval_conversation"):
+            check_choice(name, getattr(self, name), ("memory", "append"))
         if self.slate_size is not None:
             check_range("slate_size", self.slate_size, low=1, high=MAX_SLATE)
         if not self.target or any(not t.strip() for t in self.target):
@@ -306,9 +315,11 @@ def _decisions(config: EvolveConfig, *, evaluation: bool = False):
 
     if evaluation:
         return DecisionSettings(memory_rounds=config.eval_memory_rounds, target_visible=config.target_visible,
-                                temperature=config.eval_temperature, allow_search=config.allow_search)
+                                temperature=config.eval_temperature, allow_search=config.allow_search,
+                                conversation=config.eval_conversation)
     return DecisionSettings(memory_rounds=config.memory_rounds, target_visible=config.target_visible,
-                            temperature=config.temperature, allow_search=config.allow_search)
+                            temperature=config.temperature, allow_search=config.allow_search,
+                            conversation=config.conversation)
 
 
 @dataclass(frozen=True)

@@ -88,16 +88,35 @@ def git_state(where: Path) -> dict[str, Any]:
     return {"git_commit": commit, "git_dirty": bool(status)}
 
 
-def software_versions() -> dict[str, str]:
-    """Versions recorded beside every run (results depend on them)."""
+@lru_cache(maxsize=None)
+def library_version(dist: str) -> str | None:
+    """`importlib.metadata.version(dist)`, or None when `dist` is not installed; once per process.
+
+    The `Version:` field is read from the metadata file's header lines: `metadata.version` parses
+    the whole file as an e-mail message first, long description included (several milliseconds
+    for numpy; a dozen lookups were a noticeable part of a fully cached rerun)."""
     from importlib import metadata
 
+    try:
+        found = metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return None
+    text = found.read_text("METADATA") or found.read_text("PKG-INFO") or ""
+    for line in text.splitlines():
+        if not line.strip():  # the end of the header lines
+            break
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+    return found.version  # no Version header line: the library's own parser decides
+
+
+def software_versions() -> dict[str, str]:
+    """Versions recorded beside every run (results depend on them)."""
     versions = {"python": platform.python_version()}
     for dist in ("ctrlsim", "numpy", "gymnasium", "pettingzoo", "llama_cpp_python", "torch", "recbole"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
+        version = library_version(dist)
+        if version is not None:
+            versions[dist] = version
     return versions
 
 

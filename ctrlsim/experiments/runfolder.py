@@ -43,6 +43,23 @@ def new_figure(figsize: tuple[float, float], nrows: int = 1, ncols: int = 1, *,
     return fig, fig.subplots(nrows, ncols, squeeze=squeeze)
 
 
+def figure_png(fig) -> bytes:
+    """A matplotlib figure as the PNG bytes every run folder stores (120 dpi, tight box).
+
+    Figures from `new_figure` need no closing. One made with pyplot (a caller's own)
+    is closed, so pyplot's registry does not keep it alive; pyplot is only ever
+    already imported then, never imported here.
+    """
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close(fig)
+    return buffer.getvalue()
+
+
 RECORDS, LOCK = "records.jsonl", "records.jsonl.lock"
 
 
@@ -185,20 +202,12 @@ class RunFolder:
         return self.file(f"figures/{name if name.endswith('.png') else f'{name}.png'}")
 
     def save_figure(self, fig, name: str) -> Path:
-        """Save a matplotlib figure atomically as `figures/<name>.png`.
+        """Save a matplotlib figure atomically as `figures/<name>.png` (rendered by `figure_png`)."""
+        return self.write_figure(name, figure_png(fig))
 
-        Figures from `new_figure` need no closing. One made with pyplot (a caller's own)
-        is closed, so pyplot's registry does not keep it alive; pyplot is only ever
-        already imported then, never imported here.
-        """
-        import io
-
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-        pyplot = sys.modules.get("matplotlib.pyplot")
-        if pyplot is not None:
-            pyplot.close(fig)
-        return atomic_write_bytes(self.figure_path(name), buffer.getvalue())
+    def write_figure(self, name: str, png: bytes) -> Path:
+        """Write a figure's PNG bytes atomically as `figures/<name>.png`."""
+        return atomic_write_bytes(self.figure_path(name), png)
 
     # ------------------------------------------------------------------ lifetime
 

@@ -65,6 +65,7 @@ from ctrlsim.experiments.steereval_units import (  # noqa: F401 - re-exported: t
     SteerEvalUnit,
     make_env,
     measure_unit,
+    planned_scenarios,
     prepare_dataset,
     record_key,
     run_steereval_unit,
@@ -177,8 +178,7 @@ def open_choices(config: SteerEvalConfig) -> dict[str, str]:
 def _check(ctx: RunContext) -> None:
     """Dataset, tags and scenarios, before any model loads (the scenarios need no model)."""
     config = ctx.config
-    data = prepare_dataset(config)
-    scenarios, short = scenarios_for(config, data)
+    data, scenarios, short = planned_scenarios(config)
     if not scenarios:
         raise ConfigError(f"no feasible scenario: no user meets the pool quotas at "
                           f"pool_size={config.pool_size} for tags {data[1]}")
@@ -226,11 +226,23 @@ def _result(ctx: RunContext, records) -> dict[str, Any]:
 
 
 def _report(ctx: RunContext, records) -> str:
-    return format_tables(_result(ctx, records), ctx.config)
+    """The tables. Those of a finished run are made once per (result, config, code) and read back by
+    a rerun with the same records; the partial tables written while units run are not kept."""
+    from ctrlsim.experiments.output_cache import cached_text
+
+    result = _result(ctx, records)
+    if not set(_plan(ctx, records)) <= set(records):
+        return format_tables(result, ctx.config)
+    return cached_text("steereval-tables", {"result": result, "config": config_to_dict(ctx.config)},
+                       lambda: format_tables(result, ctx.config))
 
 
 def _figures(ctx: RunContext, records) -> None:
-    write_figures(ctx.folder, list(records.values()))
+    """The figures; drawn once per (records, code): a rerun with the same records reads them back."""
+    from ctrlsim.experiments.output_cache import cached_figures
+
+    rows = list(records.values())
+    cached_figures(ctx.folder, "steereval-figures", rows, lambda target: write_figures(target, rows))
 
 
 RUNNER = Runner(name="steereval", config_cls=SteerEvalConfig, description=__doc__,

@@ -28,9 +28,10 @@ def prepare_dataset(config: SteerEvalConfig):
     """The dataset with the config's side tables, the tags to steer, their template phrases and the
     items scenarios may use. Cheap (no model): every value is checked before any model loads."""
     from ctrlsim.agents.steering import trigger_phrase
-    from ctrlsim.data import attach_descriptions, attach_tag_votes, load_dataset
+    from ctrlsim.data import attach_descriptions, attach_tag_votes
+    from ctrlsim.experiments.units import run_dataset
 
-    ds = load_dataset(config.dataset)
+    ds = run_dataset(config.dataset)
     if config.descriptions:
         ds = attach_descriptions(ds, config.descriptions, links=config.links)
     if config.trigger_votes:
@@ -119,10 +120,23 @@ class SteerEvalUnit:
     llm_cache: str
 
 
+def planned_scenarios(config: SteerEvalConfig) -> tuple[tuple, list, dict]:
+    """(data, scenarios, tags short of users) for the config, built once per process: the driver's
+    up-front check and the units of a local run share one dataset and one scenario draw (both are
+    pure functions of the config), so a run parses its dataset once, not once per use."""
+    from ctrlsim.experiments.units import worker_cache
+
+    def build() -> tuple[tuple, list, dict]:
+        data = prepare_dataset(config)
+        scenarios, short = scenarios_for(config, data)
+        return data, scenarios, short
+
+    return worker_cache(f"steereval-scenarios:{config!r}", build)
+
+
 def _unit_plan(config: SteerEvalConfig) -> tuple[tuple, dict[str, tuple[str, Any]], dict[tuple, str]]:
     """(data, units by record key, shared-work owners), rebuilt on a worker exactly as the driver does."""
-    data = prepare_dataset(config)
-    scenarios, _ = scenarios_for(config, data)
+    data, scenarios, _ = planned_scenarios(config)
     units = [(cond, sc) for sc in scenarios for cond in config.conditions]
     return data, {record_key(cond, sc): (cond, sc) for cond, sc in units}, shared_work_owners(units)
 

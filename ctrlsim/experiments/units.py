@@ -97,11 +97,29 @@ def worker_cache(name: str, factory: Callable[[], Any]):
     return _CACHE.get(name, factory)
 
 
+def run_dataset(spec: str):
+    """The dataset `spec` as a run loads it: parsed once per machine, then read back from the
+    parsed-dataset cache in `$CTRLSIM_CACHE/datasets` (keyed by the digest of its files; see
+    `ctrlsim.data.parsed_cache`). Where that folder cannot be created the dataset is parsed, with a
+    `CacheUnavailableWarning`. A fresh object on every call."""
+    import warnings
+
+    from ctrlsim.backends.bundled import cache_dir
+    from ctrlsim.data import load_dataset
+    from ctrlsim.errors import CacheUnavailableWarning, CacheUnwritableError
+
+    try:
+        folder = cache_dir("datasets")
+    except CacheUnwritableError as exc:
+        warnings.warn(CacheUnavailableWarning(f"{exc}; the dataset is parsed without its cache"),
+                      stacklevel=2)
+        return load_dataset(spec)
+    return load_dataset(spec, cache=folder)
+
+
 def cached_dataset(spec: str):
     """The dataset `spec`, loaded once per process (every runner's units share one object)."""
-    from ctrlsim.data import load_dataset
-
-    return worker_cache(f"dataset:{spec}", lambda: load_dataset(spec))
+    return worker_cache(f"dataset:{spec}", lambda: run_dataset(spec))
 
 
 def _llm_name(spec: str, cache: str | Path | None) -> str:

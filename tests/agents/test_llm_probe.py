@@ -115,3 +115,41 @@ def test_a_probe_whose_prompt_is_beyond_the_context_is_dropped_and_the_others_go
     assert env.failures["probe_1"] == dropped.dropped
     assert ok.dropped is None and ok2.dropped is None
     assert ok.stats["decisions"] == ok2.stats["decisions"] == 2
+
+
+def test_append_mode_grows_the_conversation_by_turns_and_restarts_after_append_rounds(ml100k, personas):
+    settings = DecisionSettings(conversation="append", append_rounds=2, memory_rounds=1)
+    policy = LLMPopulationPolicy(None, ml100k, {"probe_0": personas[0]}, target=["War"], settings=settings)
+    slates = [["1", "2", "3"], ["4", "5", "6"], ["7", "8", "9"]]
+    replies = ['{"like": [1], "search": ""}', '{"like": [], "search": ""}', '{"like": [3], "search": ""}']
+    convs = []
+    for n, (ids, reply) in enumerate(zip(slates, replies)):
+        conv = policy.conversation("probe_0", slate_info(ids, n), 3, 10)
+        policy._decide("probe_0", reply, slate_info(ids, n), 3)
+        policy._append_turn("probe_0", conv, reply)
+        convs.append(conv)
+    first, second, third = convs
+    assert second[:2] == first  # the earlier prompt is a prefix of the next: only new turns follow
+    assert second[2] == {"role": "assistant", "content": replies[0]}
+    assert second[3]["content"].startswith("Round 2 of 10. The website now shows (recommender):\n1. ")
+    assert personas[0].bio not in second[3]["content"]  # the persona is not repeated
+    # After append_rounds (2) rounds the conversation starts again as a memory-style prompt.
+    assert len(third) == 2 and personas[0].bio in third[1]["content"]
+    assert "Round 2 (recommender) showed:" in third[1]["content"]  # the last M=1 rounds, summarised
+    memory = LLMPopulationPolicy(None, ml100k, {"probe_0": personas[0]}, target=["War"])
+    assert len(memory.conversation("probe_0", slate_info(slates[0], 0), 3, 10)) == 2
+
+
+@pytest.mark.llm
+def test_append_mode_evaluates_far_fewer_prompt_tokens_per_decision(ml100k, smol, personas, pop_rec):
+    evaluated = {}
+    for mode in ("memory", "append"):
+        smol.reset_kv()
+        env = PopulationEnv(pop_rec, n_agents=4, target="War", budget=4)
+        before = smol.evaluated_tokens
+        trace = play_population(env, Population(tuple(personas)), seed=0, target=("War",), llm=smol,
+                                settings=DecisionSettings(conversation=mode))
+        decisions = sum(p.stats["decisions"] for p in trace.probes)
+        assert decisions == 16
+        evaluated[mode] = (smol.evaluated_tokens - before) / decisions
+    assert evaluated["append"] < 0.6 * evaluated["memory"], evaluated

@@ -1,0 +1,206 @@
+"""Which tokens a llama.cpp parallel context holds in its KV cache, and where a new prompt starts.
+
+Prefix reuse across calls, as vLLM's automatic prefix caching and llama.cpp's server slots do it:
+every sequence id of the context is a *slot* holding one token list in KV cells, kept between
+`chat`/`rate` calls. A new prompt runs on a slot that starts as its longest cached prefix and
+evaluates only the rest:
+
+- in place, when a slot's whole content is a prefix of the prompt (a conversation that grew by a
+  turn continues on the slot of its last call, and nothing is lost);
+- otherwise on a free slot that first gets the prefix by `llama_memory_seq_cp`, which in a
+  unified KV cache shares the source's cells (nothing is recomputed, no cell is added).
+
+A unified cache frees a cell when no sequence holds it any more, so the pool gives every cell it
+creates an id and counts the distinct ids of all slots against the budget (`capacity` cells, the
+context size). To make room it evicts the least recently used slots not needed by the prompts
+being placed. This module is bookkeeping only; the llama.cpp calls go through `KVOps`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+
+class KVOps(Protocol):
+    """The two KV-cache edits the pool needs (positions [p0, p1); -1 is "to the end")."""
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None: ...
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+@dataclass
+class Slot:
+    tokens: list[int] = field(default_factory=list)
+    cells: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    last_used: int = 0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A prompt's slot, and how many of its tokens that slot already holds (evaluate the rest)."""
+
+    slot: int
+    start: int
+
+
+class CapacityError(Exception):
+    """The prompts being placed need more cells than the budget holds beside what they share."""
+
+
+class SlotPool:
+    def __init__(self, ops: KVOps, *, n_slots: int, capacity: int, reuse: bool = True):
+        self._ops, self.capacity, self.reuse = ops, capacity, reuse
+        self.slots = [Slot() for _ in range(n_slots)]
+        self._next_cell = 0
+        self._tick = 0
+        self.evictions = 0  # slots dropped to make room (not counting `clear`)
+
+    # ------------------------------------------------------------ bookkeeping
+    def used_cells(self) -> int:
+        held = [s.cells for s in self.slots if s.cells.size]
+        return int(np.unique(np.concatenate(held)).size) if held else 0
+
+    def begin_call(self) -> None:
+        """A new `chat`/`rate` call: with reuse off, nothing from earlier calls is kept."""
+        self._tick += 1
+        if not self.reuse:
+            self.clear()
+
+    def clear(self) -> None:
+        """Drop every slot from the KV cache."""
+        for slot in range(len(self.slots)):
+            self._drop(slot)
+
+    def forget(self) -> None:
+        """Forget every slot (after the caller cleared the whole KV cache itself)."""
+        self.slots = [Slot() for _ in self.slots]
+
+    def extend(self, slot: int, tokens: list[int]) -> None:
+        """Record `tokens` decoded on `slot` right after what it holds."""
+        held = self.slots[slot]
+        new = np.arange(self._next_cell, self._next_cell + len(tokens), dtype=np.int64)
+        self._next_cell += len(tokens)
+        held.tokens = held.tokens + list(tokens)
+        held.cells = np.concatenate([held.cells, new])
+        held.last_used = self._tick
+
+    def _drop(self, slot: int, keep: int = 0) -> None:
+        """Keep only the first `keep` tokens of `slot`, in the KV cache and here."""
+        held = self.slots[slot]
+        if len(held.tokens) > keep:
+            self._ops.seq_rm(slot, keep, -1)
+            held.tokens, held.cells = held.tokens[:keep], held.cells[:keep]
+
+    def _copy(self, src: int, dst: int, length: int) -> None:
+        self._drop(dst)
+        if length:
+            self._ops.seq_cp(src, dst, 0, length)
+        source = self.slots[src]
+        self.slots[dst] = Slot(source.tokens[:length], source.cells[:length].copy(), self._tick)
+
+    # ---------------------------------------------------------------- search
+    def best_prefix(self, tokens: list[int], *, limit: int) -> tuple[int, int | None]:
+        """(length, slot) of the longest cached prefix of `tokens`, at most `limit` long."""
+        best, best_slot = 0, None
+        for n, held in enumerate(self.slots):
+            if held.tokens:
+                length = min(common_prefix(held.tokens, tokens), limit)
+                if length > best or (length == best and best_slot is not None and length
+                                     and held.last_used > self.slots[best_slot].last_used):
+                    best, best_slot = length, n
+        return best, best_slot
+
+    def _is_prefix(self, slot: int, tokens: list[int]) -> bool:
+        """Whether the slot's whole content starts `tokens` (running it there in place loses nothing)."""
+        held = self.slots[slot].tokens
+        return common_prefix(held, tokens) == len(held)
+
+    def _take_free(self, protected: set[int]) -> int:
+        """An empty slot, else the least recently used one not protected (evicted)."""
+        candidates = [n for n in range(len(self.slots)) if n not in protected]
+        if not candidates:
+            raise CapacityError(f"all {len(self.slots)} KV slots are needed at once")
+        empty = [n for n in candidates if not self.slots[n].tokens]
+        if empty:
+            return empty[0]
+        slot = min(candidates, key=lambda n: (self.slots[n].last_used, len(self.slots[n].tokens), n))
+        self.evictions += 1
+        return slot
+
+    def _make_room(self, needed: int, protected: set[int]) -> None:
+        """Evict least recently used unprotected slots until `needed` new cells fit."""
+        while self.used_cells() + needed > self.capacity:
+            held = [n for n, s in enumerate(self.slots) if s.tokens and n not in protected]
+            if not held:
+                raise CapacityError(f"{needed} new cells do not fit beside the {self.used_cells()} "
+                                    f"the current prompts hold (budget {self.capacity})")
+            victim = min(held, key=lambda n: (self.slots[n].last_used, n))
+            self._drop(victim)
+            self.evictions += 1
+
+    # ------------------------------------------------------------- placement
+    def shared_prefix_task(self, prompts: list[list[int]]) -> tuple[int, int, list[int]] | None:
+        """(slot, start, tokens) to decode first when 2+ prompts share a prefix the cache lacks.
+
+        The shared prefix is then evaluated once and every prompt that needs it copies it.
+        """
+        if len(prompts) < 2:
+            return None
+        ordered = sorted(prompts)
+        shared = min(common_prefix(ordered[0], ordered[-1]), min(len(p) for p in prompts) - 1)
+        if shared <= 0:
+            return None
+        missing = sum(1 for p in prompts if self.best_prefix(p, limit=len(p) - 1)[0] < shared)
+        if missing < 2:
+            return None
+        prefix = ordered[0][:shared]
+        start, source = self.best_prefix(prefix, limit=shared)
+        protected = {s for p in prompts if (s := self.best_prefix(p, limit=len(p) - 1)[1]) is not None}
+        if source is not None and self._is_prefix(source, prefix):
+            slot = source  # its whole content is a prefix of the shared prefix: extend it in place
+        else:
+            slot = self._take_free(protected | ({source} if source is not None else set()))
+            self._copy(source, slot, start) if source is not None else self._drop(slot)
+        self.slots[slot].last_used = self._tick
+        self._make_room(shared - start, protected | {slot})
+        return slot, start, prefix[start:]
+
+    def place(self, prompts: list[list[int]], reserve: list[int]) -> list[Placement]:
+        """A slot for each prompt (each keeps at least its last token to evaluate, for its logits),
+        with room for its remaining tokens plus `reserve` generated ones."""
+        found = [self.best_prefix(p, limit=len(p) - 1) for p in prompts]
+        in_place: dict[int, int] = {}  # slot -> prompt extending that slot's whole content
+        for i in sorted(range(len(prompts)), key=lambda i: -found[i][0]):
+            length, source = found[i]
+            if source is not None and source not in in_place and self._is_prefix(source, prompts[i]):
+                in_place[source] = i
+        protected = {s for _, s in found if s is not None}
+        slots: dict[int, int] = {i: s for s, i in in_place.items()}
+        for i, (length, source) in enumerate(found):  # copies first: sources are still whole
+            if i in slots:
+                continue
+            slot = self._take_free(protected | set(slots.values()))
+            if source is None:
+                self._drop(slot)
+                self.slots[slot].last_used = self._tick
+            else:
+                self._copy(source, slot, length)
+            slots[i] = slot
+        for slot, i in in_place.items():
+            self._drop(slot, found[i][0])
+            self.slots[slot].last_used = self._tick
+        needed = sum(len(p) - found[i][0] + r for i, (p, r) in enumerate(zip(prompts, reserve)))
+        self._make_room(needed, set(slots.values()))
+        return [Placement(slots[i], found[i][0]) for i in range(len(prompts))]
