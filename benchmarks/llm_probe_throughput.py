@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 from ctrlsim.agents import DecisionSettings, LLMPopulationPolicy, prompts
 from ctrlsim.agents.profiles import ProfileGenerator
@@ -41,7 +42,7 @@ from ctrlsim.backends import load_llm
 from ctrlsim.data import load_dataset
 
 
-def episode(llm, dataset, k: int, rounds: int, seed: int, *, conversation: str, reuse: bool) -> dict:
+def episode(llm: Any, dataset, k: int, rounds: int, seed: int, *, conversation: str, reuse: bool) -> dict:
     """Play one episode with batched steps; also returns each round's naive prompts (memory mode)."""
     gen = ProfileGenerator(dataset, None)
     personas = [gen.template_persona(u, gen.seed_items(u, seed)) for u in user_order(dataset)[:k]]

@@ -62,9 +62,9 @@ def test_vllm_runtime_or_clear_skip():
     reason = gpu_unavailable_reason()
     if reason:
         with pytest.raises(MissingDependencyError, match="ctrlsim\\[vllm\\]"):
-            load_llm("vllm:Qwen/Qwen2.5-0.5B-Instruct")
+            load_llm("vllm:qwen2.5-0.5b")
         pytest.skip(reason)
-    llm = load_llm("vllm:Qwen/Qwen2.5-0.5B-Instruct")
+    llm = load_llm("vllm:qwen2.5-0.5b")  # the bundled GGUF, converted (a hub id needs the network)
     assert llm.chat([[{"role": "user", "content": "Say hi"}]], max_tokens=4)[0].text
 
 
