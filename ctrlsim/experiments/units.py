@@ -44,8 +44,11 @@ def run_unit(unit_fn: UnitFn, config, key: str) -> dict:
     """Run one unit where it stands, turning a raised exception into a failure record.
 
     Both executors go through this function, so a failing unit gives the same record
-    whether it ran locally or on a Ray worker.
+    whether it ran locally or on a Ray worker. Every unit starts with the KV caches of this
+    process's models emptied (`_WorkerCache.reset_kv`): prefix reuse then spans the calls of one
+    unit only, so what a unit computes does not depend on which units ran before it here.
     """
+    _CACHE.reset_kv()
     try:
         record = unit_fn(config, key)
     except Exception as exc:  # noqa: BLE001 - a failing unit is recorded, it must not sink the run
@@ -84,6 +87,14 @@ class _WorkerCache:
     def clear(self) -> None:
         with self._lock:
             self._objects.clear()
+
+    def reset_kv(self) -> None:
+        """Empty the KV cache of every cached model that keeps one (llama.cpp, vLLM)."""
+        with self._lock:
+            for obj in self._objects.values():
+                reset = getattr(obj, "reset_kv", None)
+                if callable(reset):
+                    reset()
 
 
 # One per process by design: it is what lets a worker keep a model across units.

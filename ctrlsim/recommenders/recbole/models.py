@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ctrlsim.backends.bundled import package_dir
-from ctrlsim.errors import MissingDependencyError, ModelError
+from ctrlsim.data.registry import recbole_missing
+from ctrlsim.errors import ModelError
 from ctrlsim.recommenders.recbole.sandbox import PURPOSE, import_recbole, numpy_aliases, preserved_rngs
 
 # Sequential models that need what ctrlsim does not give RecBole.
@@ -23,7 +24,7 @@ UNSUPPORTED = {
 def _model_properties() -> Path:
     root = package_dir("recbole")
     if root is None:
-        raise MissingDependencyError("recbole", "recbole", PURPOSE)
+        raise recbole_missing(PURPOSE)
     return root / "properties" / "model"
 
 

@@ -1,4 +1,4 @@
-"""Importing and running RecBole without its process-wide side effects.
+"""Importing and running RecBole without its process-wide side effects, on numpy 1 or 2.
 
 RecBole 1.2.1 changes global state: `Config` reads `--key=value` flags from
 `sys.argv` and assigns numpy 1 aliases into the numpy module, training writes
@@ -6,6 +6,18 @@ RecBole 1.2.1 changes global state: `Config` reads `--key=value` flags from
 global RNG, and importing `recbole.model.sequential_recommender` (its `sine.py`)
 turns on autograd anomaly detection for the whole process. The helpers here
 provide what RecBole needs and undo the rest.
+
+numpy 2 compatibility (this module is the only place it lives): RecBole's
+`Config.compatibility_settings` reads `np.float_`, `np.complex_` and
+`np.unicode_`, which numpy 2 removed, and then assigns `np.float`, `np.int`,
+`np.bool`, ... that the rest of RecBole (metrics, data) reads while it runs.
+`numpy_aliases` supplies the three removed names, only where numpy lacks them,
+for as long as RecBole runs (import, training, model lookup), and afterwards
+restores numpy's namespace exactly: every name RecBole touched is put back to
+the object it was, or removed. Outside these blocks numpy is unchanged, so the
+caller's code sees the numpy it installed. Scoring a loaded model needs no
+alias (plain tensors into `full_sort_predict`). Not covered: `recbole.quick_start`
+and hyper-parameter tuning, which import Ray and which ctrlsim never imports.
 """
 from __future__ import annotations
 
@@ -23,12 +35,13 @@ import numpy as np
 
 from ctrlsim.backends._torch import import_torch as _import_torch_for
 from ctrlsim.backends._torch import torch_threads
+from ctrlsim.data.registry import recbole_missing
 from ctrlsim.errors import MissingDependencyError
 
 PURPOSE = "RecBole sequential recommenders"
 
-# numpy 2 removed these aliases; RecBole 1.2.1 still uses them.
-_NUMPY_ALIASES = {"float_": "float64", "complex_": "complex128", "unicode_": "str_", "bool8": "bool_"}
+# Removed in numpy 2, read by RecBole 1.2.1's Config.compatibility_settings: alias -> numpy's own name.
+_NUMPY_ALIASES = {"float_": "float64", "complex_": "complex128", "unicode_": "str_"}
 # What RecBole's Config.compatibility_settings assigns into the numpy module.
 _NUMPY_TOUCHED = ("bool", "int", "float", "complex", "object", "str", "long", "unicode", *_NUMPY_ALIASES)
 
@@ -55,6 +68,8 @@ def import_recbole() -> SimpleNamespace:
             from recbole.utils import ModelType, get_model, get_trainer, init_seed
     except ImportError as exc:
         missing = str(getattr(exc, "name", None) or "recbole").split(".")[0]
+        if missing == "recbole":
+            raise recbole_missing(PURPOSE) from exc
         raise MissingDependencyError(missing, "recbole", PURPOSE) from exc
     finally:
         # recbole/model/sequential_recommender/sine.py calls set_detect_anomaly(True) at import.
@@ -69,7 +84,11 @@ def import_recbole() -> SimpleNamespace:
 
 @contextlib.contextmanager
 def numpy_aliases() -> Iterator[None]:
-    """Provide the numpy 1 aliases RecBole uses; restore numpy's namespace afterwards."""
+    """Provide the numpy 1 aliases RecBole reads (numpy 2 lacks them); restore numpy's namespace on exit.
+
+    On numpy 1.x nothing is added (the aliases exist); on either version every name that
+    RecBole's `Config` assigns is restored to its previous object, or removed, on exit.
+    """
     before = {name: np.__dict__[name] for name in _NUMPY_TOUCHED if name in np.__dict__}
     for alias, target in _NUMPY_ALIASES.items():
         if alias not in np.__dict__:
@@ -120,6 +139,10 @@ def recbole_sandbox(workdir: Path, threads: int) -> Iterator[None]:
         # RecBole 1.2.1 on current pandas/torch warns about its own deprecated calls; not actionable here.
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"recbole(\.|$)")
+        # numpy 2: RecBole's Interaction.sort calls np.argsort on a torch tensor, whose __array_wrap__
+        # lacks numpy 2's arguments; numpy falls back (same result) and warns (docs/recbole.md).
+        warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                message=r"__array_wrap__ must accept context and return_scalar")
         try:
             os.chdir(workdir)
             sys.argv = ["ctrlsim"]  # Config would read --key=value flags from the command line
