@@ -60,6 +60,12 @@ def default_kv_reuse() -> bool:
     return bool(_env_int("CTRLSIM_KV_REUSE", 1, 0, "0 or 1"))
 
 
+def default_parallel() -> int:
+    """Sequences llama.cpp decodes side by side: $CTRLSIM_N_PARALLEL (default 16; 1 gives the
+    sequential paths, every reply from a fresh KV cache whatever else the batch holds)."""
+    return _env_int("CTRLSIM_N_PARALLEL", 16, 1, ">= 1")
+
+
 def parse_spec(spec: str) -> tuple[str | None, str]:
     head, sep, rest = spec.partition(":")
     if sep and head in RUNTIMES:
@@ -92,6 +98,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
 
         options.setdefault("n_gpu_layers", default_gpu_layers())
         options.setdefault("kv_reuse", default_kv_reuse())
+        options.setdefault("n_parallel", default_parallel())
 
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,
