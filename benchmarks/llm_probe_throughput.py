@@ -42,7 +42,8 @@ from ctrlsim.backends import load_llm
 from ctrlsim.data import load_dataset
 
 
-def episode(llm: Any, dataset, k: int, rounds: int, seed: int, *, conversation: str, reuse: bool) -> dict:
+def episode(llm: Any, dataset, k: int, rounds: int, seed: int, *, conversation: str, reuse: bool,
+            naive_probes: int | None = None) -> dict:
     """Play one episode with batched steps; also returns each round's naive prompts (memory mode)."""
     gen = ProfileGenerator(dataset, None)
     personas = [gen.template_persona(u, gen.seed_items(u, seed)) for u in user_order(dataset)[:k]]
@@ -61,7 +62,7 @@ def episode(llm: Any, dataset, k: int, rounds: int, seed: int, *, conversation: 
             break
         naive_prompts += [(prompts.NAIVE_DECISION.format(
             probe_text=policy.user_text(policy.probes[a], infos[a], env.engine.budget), task_text=task_text,
-            **policy.nouns), len(infos[a]["slate_item_ids"])) for a in live]
+            **policy.nouns), len(infos[a]["slate_item_ids"])) for a in live[:naive_probes]]
         before, started, cpu = llm.evaluated_tokens, time.perf_counter(), time.process_time()
         actions, _ = policy.act({a: obs[a] for a in live}, {a: infos[a] for a in live},
                                 slate_size=env.engine.slate_size, budget=env.engine.budget)
@@ -99,19 +100,27 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=16, help="K probes in the population")
     parser.add_argument("--rounds", type=int, default=8, help="R rounds of the episode")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--naive-probes", type=int, default=None,
+                        help="time the naive loop on the first N probes of every round only (its cost per "
+                             "decision is an average over those; default: every probe)")
+    parser.add_argument("--skip-memory-reuse", action="store_true",
+                        help="leave out the 'memory, reuse on' variant (it shows the reuse alone)")
     args = parser.parse_args()
     dataset = load_dataset("ml-100k")
     llm = load_llm(args.llm)  # no response cache: every reply is generated
     llm.chat([[{"role": "user", "content": "Say OK."}]], max_tokens=2)  # load the weights outside the timing
     load_before = os.getloadavg()[0]
     results = {}
-    for name, conversation, reuse in (("memory, reuse off", "memory", False),
-                                      ("memory, reuse on", "memory", True),
-                                      ("append, reuse on", "append", True)):
-        results[name] = episode(llm, dataset, args.agents, args.rounds, args.seed,
-                                conversation=conversation, reuse=reuse)
-        print(f"{name}: {results[name]['decisions']} decisions in {results[name]['seconds']:.0f} s",
-              flush=True)
+    variants = [("memory, reuse off", "memory", False), ("memory, reuse on", "memory", True),
+                ("append, reuse on", "append", True)]
+    for name, conversation, reuse in variants:
+        if args.skip_memory_reuse and name == "memory, reuse on":
+            continue
+        r = results[name] = episode(llm, dataset, args.agents, args.rounds, args.seed,
+                                    conversation=conversation, reuse=reuse, naive_probes=args.naive_probes)
+        print(f"{name}: {r['decisions']} decisions, {r['seconds']:.0f} s wall, {r['cpu_seconds']:.0f} s CPU, "
+              f"{r['prompt_tokens'] / r['decisions']:.0f} prompt / {r['evaluated'] / r['decisions']:.0f} "
+              f"evaluated tokens per decision, {r['unusable']}; load {os.getloadavg()[0]:.2f}", flush=True)
     llm.kv_reuse = True
     results["naive loop (fresh context, free text)"] = naive(llm, results["memory, reuse off"]["naive"])
     rows = [[name, r["decisions"], f"{r['decisions'] / r['seconds']:.2f}", f"{r['seconds']:.0f}",
@@ -122,17 +131,18 @@ def main() -> None:
                                   "prompt tokens/decision", "evaluated tokens/decision", "unusable"]))
     per = {name: r["evaluated"] / r["decisions"] for name, r in results.items()}
     print(f"\nevaluated tokens per decision, append + reuse / memory without reuse: "
-          f"{per['append, reuse on'] / per['memory, reuse off']:.2f} (memory + reuse: "
-          f"{per['memory, reuse on'] / per['memory, reuse off']:.2f})")
+          f"{per['append, reuse on'] / per['memory, reuse off']:.2f}")
+    if "memory, reuse on" in per:
+        ratio = per["memory, reuse on"] / per["memory, reuse off"]
+        print(f"memory + reuse / memory without reuse: {ratio:.2f}")
     # CPU seconds per decision: the steadier figure on a shared machine (one llama.cpp thread).
     per_decision = {name: r["cpu_seconds"] / r["decisions"] for name, r in results.items()}
     naive_s = per_decision["naive loop (fresh context, free text)"]
     wall = {name: r["seconds"] / r["decisions"] for name, r in results.items()}
     print(f"wall-time ratio naive / append + reuse: "
           f"{wall['naive loop (fresh context, free text)'] / wall['append, reuse on']:.2f}x")
-    print(f"naive / memory without reuse: {naive_s / per_decision['memory, reuse off']:.2f}x; naive / "
-          f"memory + reuse: {naive_s / per_decision['memory, reuse on']:.2f}x (K={args.agents}, "
-          f"R={args.rounds}, {args.llm}, runtime {llm.identity.get('runtime')}, threads "
+    print(f"naive / memory without reuse: {naive_s / per_decision['memory, reuse off']:.2f}x "
+          f"(K={args.agents}, R={args.rounds}, {args.llm}, runtime {llm.identity.get('runtime')}, threads "
           f"{llm.identity.get('threads')}; load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after)")
     print("speed-up below: CPU time per decision, naive loop / append + reuse")

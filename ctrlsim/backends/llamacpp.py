@@ -4,10 +4,10 @@ The weights load on the first call the response cache cannot answer, so a fully
 cached rerun never loads the model.
 
 `rate` and `chat` (greedy and sampled) run a batch as parallel sequences of one
-llama.cpp context (see `llamacpp_parallel`), and what those sequences hold stays in
-the KV cache between calls (`kv_reuse`, a budget of `parallel_ctx` cells over
-`kv_slots` sequences, least recently used evicted): every prompt starts from its
-longest cached token prefix, so a conversation that grew by a turn, a debate's
+llama.cpp context (see `llamacpp_parallel`). With `kv_reuse` (off by default) what
+those sequences hold stays in the KV cache between calls (a budget of `parallel_ctx`
+cells over `kv_slots` sequences, least recently used evicted): every prompt starts
+from its longest cached token prefix, so a conversation that grew by a turn, a debate's
 transcript or a profile rated against many items evaluates only its new tokens.
 `n_parallel` caps the sequences decoded together (a larger batch is split). A sampled
 reply is drawn by its own sampler chain seeded with its conversation's seed. With
@@ -60,7 +60,7 @@ class LlamaCppLLM(LLM):
 
     def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
                  n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
-                 parallel_ctx: int | None = None, n_gpu_layers: int = 0, kv_reuse: bool = True,
+                 parallel_ctx: int | None = None, n_gpu_layers: int = 0, kv_reuse: bool = False,
                  kv_slots: int | None = None, **kwargs):
         if importlib.util.find_spec("llama_cpp") is None:  # reported now; imported on the first call
             raise MissingDependencyError("llama_cpp", "llm", "GGUF models")
@@ -83,7 +83,10 @@ class LlamaCppLLM(LLM):
         # Cells for all parallel sequences together, cached prefixes included; never less than one
         # full sequential context.
         self.parallel_ctx = max(parallel_ctx or 4 * n_ctx, n_ctx)
-        self.kv_reuse = kv_reuse  # keep what the sequences hold between calls (off: each call from empty)
+        # Keep what the sequences hold between calls. Off by default: a kept cache makes every decode
+        # attend over all its cells (flash attention is off), which costs more than it saves where a
+        # call reuses little (docs/performance.md); append-mode probe rounds gain from it.
+        self.kv_reuse = kv_reuse
         self.kv_slots = kv_slots
         self._parallel = None  # the ParallelContext, created on first parallel use
         # What is open, in the order it was opened; closed by `close()` or, at the latest, at interpreter

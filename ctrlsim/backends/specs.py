@@ -55,9 +55,9 @@ def default_gpu_layers() -> int:
 
 
 def default_kv_reuse() -> bool:
-    """Whether llama.cpp keeps KV prefixes between calls: $CTRLSIM_KV_REUSE (1, the default, or 0:
+    """Whether llama.cpp keeps KV prefixes between calls: $CTRLSIM_KV_REUSE (1; or 0, the default:
     every call starts from an empty KV cache, so an uncached seeded reply replays exactly)."""
-    return bool(_env_int("CTRLSIM_KV_REUSE", 1, 0, "0 or 1"))
+    return bool(_env_int("CTRLSIM_KV_REUSE", 0, 0, "0 or 1"))
 
 
 def default_parallel() -> int:

@@ -59,12 +59,12 @@ def test_seeded_sampling_replays_without_cache_from_the_same_kv_state(smol):
     a = smol.chat([CONV], max_tokens=12, temperature=1.0, seed=11)[0].text
     smol.reset_kv()
     b = smol.chat([CONV], max_tokens=12, temperature=1.0, seed=11)[0].text
-    smol.kv_reuse = False
+    before, smol.kv_reuse = smol.kv_reuse, False
     try:
         c = smol.chat([CONV], max_tokens=12, temperature=1.0, seed=11)[0].text
         d = smol.chat([CONV], max_tokens=12, temperature=1.0, seed=11)[0].text
     finally:
-        smol.kv_reuse = True
+        smol.kv_reuse = before
     assert a == b == c == d
 
 

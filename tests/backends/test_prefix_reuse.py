@@ -86,7 +86,8 @@ def test_ratings_agree_with_reuse_on_and_off_within_005(qwen05):
 
 
 def test_a_small_kv_budget_evicts_and_still_gives_the_same_replies(smol):
-    small = LlamaCppLLM(smol.model_path, n_ctx=512, parallel_ctx=512, n_parallel=2, kv_slots=5)
+    small = LlamaCppLLM(smol.model_path, n_ctx=512, parallel_ctx=512, n_parallel=2, kv_slots=5,
+                        kv_reuse=True)
     try:
         prompts = [[{"role": "user", "content": f"Count from 1 to {n}, separated by commas."}]
                    for n in (3, 4)]
