@@ -196,7 +196,10 @@ def test_the_smallest_llms_probes_have_a_finite_resolution(tmp_path, monkeypatch
     llm_or_skip("smollm2-135m")  # skips where the bundled model is not installed
     monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CTRLSIM_THREADS", "1")
-    config = CalibrateConfig(methods=("base-small",), llm="smollm2-135m", dials=(0.0, 1.0), seeds=(0, 1, 2))
+    # Five seeds: with three, the paired test's p-value (0.09 on 3.2 vs 6.3-9.5) hung on
+    # llama.cpp's batching noise, which moves this tiny model's trajectories.
+    config = CalibrateConfig(methods=("base-small",), llm="smollm2-135m", dials=(0.0, 1.0),
+                             seeds=(0, 1, 2, 3, 4))
     result = run_calibrate(config, RunOptions(out=str(tmp_path / "run"), figures=False), show_progress=False)
     assert not result["failed"]
     obs = observations(result["records"])
@@ -208,7 +211,7 @@ def test_the_smallest_llms_probes_have_a_finite_resolution(tmp_path, monkeypatch
     zero = [r for r in result["records"].values() if r["lambda"] == 0.0]
     assert all(r["values"]["exposure"] == r["known"]["exposure"] for r in zero)
     decisions = sum(r["details"]["decisions"] for r in result["records"].values())
-    assert decisions == 3 * 2 * 4  # seeds x lambdas x rounds, one probe (K_small = 1)
+    assert decisions == 5 * 2 * 4  # seeds x lambdas x rounds, one probe (K_small = 1)
 
 
 def test_promptshift_runs_its_tables_on_the_dial_generator_without_a_model(tmp_path, monkeypatch):
