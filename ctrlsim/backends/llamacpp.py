@@ -238,9 +238,11 @@ class LlamaCppLLM(LLM):
         draws = [s if s is not None else 0 for s in seeds]
         # Identical prompts with one seed share one draw: decoded once, so batching noise between
         # their sequences cannot make copies of one conversation differ.
+        draw_keys = [(tuple(tokens), seed if params.temperature > 0 else 0)
+                     for tokens, seed in zip(token_lists, draws)]
         unique: dict[tuple, int] = {}
-        for tokens, seed in zip(token_lists, draws):
-            unique.setdefault((tuple(tokens), seed if params.temperature > 0 else 0), len(unique))
+        for key in draw_keys:
+            unique.setdefault(key, len(unique))
         keys = list(unique)
         # create_completion's clip: the reply may use what the sequential context has left.
         limits = [min(params.max_tokens, self.n_ctx - len(k[0])) for k in keys]
@@ -252,8 +254,8 @@ class LlamaCppLLM(LLM):
         except RuntimeError as exc:
             raise ModelError(f"llama.cpp parallel generation failed: {exc}") from exc
         out = []
-        for tokens, seed in zip(token_lists, draws):
-            r = replies[unique[(tuple(tokens), seed if params.temperature > 0 else 0)]]
+        for tokens, key in zip(token_lists, draw_keys):
+            r = replies[unique[key]]
             out.append(Completion(r.text.decode("utf-8", errors="ignore"), len(tokens), len(r.tokens),
                                   r.finish_reason))
         return out

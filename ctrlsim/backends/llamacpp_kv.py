@@ -162,17 +162,20 @@ class SlotPool:
         shared = min(common_prefix(ordered[0], ordered[-1]), min(len(p) for p in prompts) - 1)
         if shared <= 0:
             return None
-        missing = sum(1 for p in prompts if self.best_prefix(p, limit=len(p) - 1)[0] < shared)
-        if missing < 2:
+        found = [self.best_prefix(p, limit=len(p) - 1) for p in prompts]
+        if sum(1 for length, _ in found if length < shared) < 2:
             return None
         prefix = ordered[0][:shared]
         start, source = self.best_prefix(prefix, limit=shared)
-        protected = {s for p in prompts if (s := self.best_prefix(p, limit=len(p) - 1)[1]) is not None}
+        protected = {s for _, s in found if s is not None}
         if source is not None and self._is_prefix(source, prefix):
             slot = source  # its whole content is a prefix of the shared prefix: extend it in place
+        elif source is not None:
+            slot = self._take_free(protected | {source})
+            self._copy(source, slot, start)
         else:
-            slot = self._take_free(protected | ({source} if source is not None else set()))
-            self._copy(source, slot, start) if source is not None else self._drop(slot)
+            slot = self._take_free(protected)
+            self._drop(slot)
         self.slots[slot].last_used = self._tick
         self._make_room(shared - start, protected | {slot})
         return slot, start, prefix[start:]

@@ -24,7 +24,7 @@ from ctrlsim.errors import ModelError
 
 @dataclass
 class Group:
-    """Prompts decoded together: their indices and the prefix they share on sequence 0."""
+    """Prompts decoded together: their indices and the length of the prefix they all share."""
 
     members: list[int]
     prefix_length: int
