@@ -61,7 +61,7 @@ class LlamaCppLLM(LLM):
     def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
                  n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
                  parallel_ctx: int | None = None, n_gpu_layers: int = 0, kv_reuse: bool = False,
-                 kv_slots: int | None = None, **kwargs):
+                 kv_slots: int | None = None, flash_attn: bool = False, **kwargs):
         if importlib.util.find_spec("llama_cpp") is None:  # reported now; imported on the first call
             raise MissingDependencyError("llama_cpp", "llm", "GGUF models")
         model_path = Path(model_path)
@@ -83,10 +83,13 @@ class LlamaCppLLM(LLM):
         # Cells for all parallel sequences together, cached prefixes included; never less than one
         # full sequential context.
         self.parallel_ctx = max(parallel_ctx or 4 * n_ctx, n_ctx)
-        # Keep what the sequences hold between calls. Off by default: a kept cache makes every decode
-        # attend over all its cells (flash attention is off), which costs more than it saves where a
-        # call reuses little (docs/performance.md); append-mode probe rounds gain from it.
+        # Keep what the sequences hold between calls (off by default, see docs/performance.md):
+        # append-mode probe rounds gain from it.
         self.kv_reuse = kv_reuse
+        # Flash attention's CPU kernel skips the cells a sequence does not see; without it every
+        # decode of the parallel context pays for all occupied cells. Off by default: it rounds
+        # differently (docs/performance.md), and KV reuse, which gains most from it, is off too.
+        self.flash_attn = flash_attn
         self.kv_slots = kv_slots
         self._parallel = None  # the ParallelContext, created on first parallel use
         # What is open, in the order it was opened; closed by `close()` or, at the latest, at interpreter
@@ -99,13 +102,16 @@ class LlamaCppLLM(LLM):
     @property
     def identity(self) -> dict:
         return {**super().identity, "path": str(self.model_path), "sha256": self.sha256,
-                "threads": self.n_threads, "gpu_layers": self.n_gpu_layers}
+                "threads": self.n_threads, "gpu_layers": self.n_gpu_layers,
+                # Named only when on, so records and cache keys of runs made with it off stay as they were.
+                **({"flash_attn": True} if self.flash_attn else {})}
 
     def cache_identity(self) -> str:
+        flash = ":flash" if self.flash_attn else ""  # its replies differ from those without, by rounding
         if self.sha256:
-            return f"{self.runtime}:{self.sha256}"
+            return f"{self.runtime}:{self.sha256}{flash}"
         stat = self.model_path.stat()
-        return f"{self.runtime}:{self.model_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        return f"{self.runtime}:{self.model_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}{flash}"
 
     # ----------------------------------------------------------------- loading
     @property
@@ -126,7 +132,7 @@ class LlamaCppLLM(LLM):
         try:
             llm = llama_cpp.Llama(str(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads,
                                   n_threads_batch=self.n_threads, n_batch=self.n_batch,
-                                  n_gpu_layers=self.n_gpu_layers, verbose=False)
+                                  n_gpu_layers=self.n_gpu_layers, flash_attn=self.flash_attn, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp could not load {self.model_path}: {exc}") from exc
         template = llm.metadata.get("tokenizer.chat_template")

@@ -60,6 +60,14 @@ def default_kv_reuse() -> bool:
     return bool(_env_int("CTRLSIM_KV_REUSE", 0, 0, "0 or 1"))
 
 
+def default_flash_attn() -> bool:
+    """Whether llama.cpp uses flash attention: $CTRLSIM_FLASH_ATTN (1; or 0, the default). Its CPU
+    kernel skips the KV cells a sequence does not see, so a cache shared by many sequences (KV
+    reuse, long batches) costs each decode only its own cells; it rounds differently, so it stays
+    off unless asked for and the default numerics are those of earlier runs."""
+    return bool(_env_int("CTRLSIM_FLASH_ATTN", 0, 0, "0 or 1"))
+
+
 def default_parallel() -> int:
     """Sequences llama.cpp decodes side by side: $CTRLSIM_N_PARALLEL (default 16; 1 gives the
     sequential paths, every reply from a fresh KV cache whatever else the batch holds)."""
@@ -99,6 +107,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
         options.setdefault("n_gpu_layers", default_gpu_layers())
         options.setdefault("kv_reuse", default_kv_reuse())
         options.setdefault("n_parallel", default_parallel())
+        options.setdefault("flash_attn", default_flash_attn())
 
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,
