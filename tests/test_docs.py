@@ -75,7 +75,7 @@ LLM_FLAGS = ("--llm", "--llms", "--model")
 def command_loads_llm(command: str) -> bool:
     """Whether a documented command loads an LLM: it names one, or runs ctrlbench methods besides random."""
     argv = shlex.split(command)
-    if any(arg in LLM_FLAGS for arg in argv):
+    if any(arg in LLM_FLAGS for arg in argv) or argv[:2] == ["ctrlsim", "audit"]:  # an audit runs LLM probes
         return True
     if argv[:2] == ["ctrlsim", "calibrate"]:  # scripted probes and templates load none
         methods = argv[argv.index("--methods") + 1].split(",") if "--methods" in argv else ["oracle"]

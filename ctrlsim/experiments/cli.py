@@ -153,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=f"{name} tables (see `ctrlsim {name} --help`)", add_help=False)
     sub.add_parser("report", help="rebuild tables and figures from run folders (see `ctrlsim report --help`)",
                    add_help=False)
+    sub.add_parser("audit", help="every protocol that applies to a box, one report.html (see `ctrlsim audit "
+                                 "--help`)", add_help=False)
     return parser
 
 
@@ -188,6 +190,10 @@ def _main(argv: list[str] | None) -> int:
             from ctrlsim.experiments.commands import report_main
 
             return report_main(argv[1:])
+        if argv and argv[0] == "audit":
+            from ctrlsim.experiments.audit import audit_main
+
+            return audit_main(argv[1:])
         args = build_parser().parse_args(argv)
         return args.func(args)
     except CtrlsimError as exc:

@@ -1,0 +1,182 @@
+"""The audit's sentences: headline scores, where a box sits on the dial's scale, and the caveats.
+
+Pure functions of the summary's numbers (no I/O), so the words always say what the numbers say.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+LABELS = {"base-small": "the LLM probes (Base-Small)", "oracle": "the oracle probe (upper bound)",
+          "random": "the coin-flip probe (floor)", "template": "the template edits",
+          "stronger": "the stronger template edits", "weaker": "the weaker template edits",
+          "b0": "the cued lists as generated (B0)"}
+# How a dial box at lambda follows the user, per protocol ({amount}: "about 30%", "almost none (under 5%)").
+WHAT = {"ctrlbench": "personalises {amount} of its slate positions",
+        "steereval": "gives the profile text {amount} of the weight in its scores",
+        "promptshift": "replaces {amount} of its list positions with the cued slice's items"}
+
+
+def _ci(e: Mapping[str, Any], digits: int = 2, unit: str = "") -> str:
+    if e is None or e.get("value") is None:
+        return "n/a"
+    value = f"{e['value']:.{digits}f}{unit}"
+    if e.get("low") is None:
+        return f"{value} (one observation: no interval)"
+    return f"{value} (95% CI {e['low']:.{digits}f} to {e['high']:.{digits}f}{unit})"
+
+
+def placement_words(protocol: str, box: str, method: str, text: str, lam: float | None) -> str:
+    """One plain sentence for a box's place on the lambda scale, for one probe method."""
+    who = LABELS.get(method, method)
+    if text.startswith("no scale"):
+        return (f"{who} could not tell a box that ignores the user from one that follows it, so they "
+                f"cannot place {box} on the scale")
+    interval = text[text.find("["):] if "[" in text else ""
+    vague = ""
+    if interval.startswith("[") and "no overlap" not in interval:
+        low, high = (float(x) for x in interval.strip("[]").split(","))
+        if high - low >= 0.9:
+            vague = "; the interval spans the whole scale, so this placement says little"
+    if text.startswith("below"):
+        return (f"to {who}, {box} responded less than a reference box that ignores the user "
+                f"(below lambda = 0; interval {interval}{vague})")
+    if text.startswith("above"):
+        return f"to {who}, {box} responded more than the most controllable reference box ({text})"
+    if lam is None:
+        return f"to {who}, {box}: {text}"
+    amount = f"about {lam:.0%}" if lam >= 0.05 else "almost none (under 5%)"
+    how = WHAT.get(protocol, "follows the user {amount}").format(amount=amount)
+    return f"to {who}, {box} responded like a reference box that {how} (lambda {text}{vague})"
+
+
+def _digits(e: Mapping[str, Any]) -> int:
+    """4 decimals for small values (ΔAUC_t, Drift), 2 for percentages."""
+    return 4 if e.get("value") is not None and abs(e["value"]) < 1 else 2
+
+
+def headline(summary: Mapping[str, Any]) -> list[dict]:
+    """A few headline scores with their 95% intervals, and the placements, one dict each."""
+    out: list[dict] = []
+    subruns = summary["subruns"]
+    cb = (subruns.get("ctrlbench") or {}).get("numbers")
+    if cb:
+        rounds = cb["rounds"]
+        for box in cb["boxes"]:
+            for method in cb["methods"]:
+                e = cb["coverage"].get(box, {}).get(method)
+                if e is None:
+                    continue
+                out.append({"protocol": "ctrlbench", "box": box, "method": method, "metric": "coverage",
+                            "estimate": e,
+                            "text": f"{box}: {LABELS.get(method, method)} reached Coverage "
+                                    f"{_ci(e, 2, '%')} of the target in {rounds} rounds"})
+    for name in ("calibrate-ctrlbench", "calibrate-steereval", "calibrate-promptshift"):
+        cal = (subruns.get(name) or {}).get("numbers")
+        if not cal:
+            continue
+        for box, per_method in cal["placement"].items():
+            for method, place in per_method.items():
+                out.append({"protocol": name, "box": box, "method": method, "metric": "lambda",
+                            "estimate": {"value": place["lambda"], "low": None, "high": None,
+                                         "n": place["box"]["n"]},
+                            "placement": place["text"],
+                            "text": place["words"][0].upper() + place["words"][1:]
+                            + f"; its {place['metric']} {_ci(place['box'], _digits(place['box']))}"})
+    se = (subruns.get("steereval") or {}).get("numbers")
+    if se:
+        for cond, cell in se["conditions"].items():
+            out.append({"protocol": "steereval", "box": cond, "method": "template",
+                        "metric": "signed_delta_auc",
+                        "estimate": cell["signed"],
+                        "text": f"SteerEval, {cell.get('box', cond)} ({cond} condition): a profile edit "
+                                f"moved the target tag's AUC by "
+                                f"{_ci(cell['signed'], 4)} in the asked direction "
+                                f"({cell['scenarios']} scenarios)"})
+    if cb:
+        for row in cb["box_comparison"]:
+            p = row["p_wilcoxon"]
+            out.append({"protocol": "ctrlbench", "box": row["box"], "method": row["method"],
+                        "metric": "coverage_difference", "estimate": row["difference"],
+                        "text": f"{row['box']} minus {row['reference']}, "
+                                f"{LABELS.get(row['method'], row['method'])}: "
+                                f"Coverage {_ci(row['difference'], 2, ' points')}, Wilcoxon p = "
+                                f"{'n/a' if p is None else f'{p:.3g}'} over {row['n']} paired episodes"})
+    return out
+
+
+def headline_lines(summary: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The summary screen's few lines: one per box and protocol, the methods' scores side by side."""
+    lines: list[str] = []
+    cb = (summary["subruns"].get("ctrlbench") or {}).get("numbers")
+    if cb:
+        for box in cb["boxes"]:
+            parts = [f"{LABELS.get(m, m)} {_ci(cb['coverage'][box][m], 2, '%')}" for m in cb["methods"]
+                     if m in cb["coverage"].get(box, {})]
+            lines.append(f"CtrlBench-Rec, {box}: Coverage of the target {' + '.join(cb['targets'])} after "
+                         f"{cb['rounds']} rounds: " + "; ".join(parts) + ".")
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for e in entries:
+        if e["metric"] == "lambda":
+            grouped.setdefault((e["protocol"], e["box"]), []).append(e)
+    for (protocol, box), items in grouped.items():
+        placed = [e for e in items if not e["placement"].startswith("no scale")]
+        unresolved = [LABELS.get(e["method"], e["method"]) for e in items
+                      if e["placement"].startswith("no scale")]
+        text = f"Calibration ({protocol.removeprefix('calibrate-')}), {box}: "
+        text += "; ".join(e["text"][0].lower() + e["text"][1:] for e in placed) if placed else \
+            "no placement on the lambda scale"
+        if unresolved:
+            who = ", ".join(unresolved)
+            text += (f". {who[0].upper()}{who[1:]}" if placed else f": {who}") + \
+                " did not resolve the dial at this size"
+        lines.append(text + ".")
+    lines += [e["text"] + "." for e in entries if e["metric"] in ("signed_delta_auc", "coverage_difference")]
+    return lines
+
+
+def caveats(summary: Mapping[str, Any], small_llms: Sequence[str]) -> list[str]:
+    """What limits the audit's numbers, in plain words (small LLM, search, fallbacks, failure rates)."""
+    out: list[str] = []
+    small = [m for m in summary["audit"].get("llms_ran", []) if m in small_llms]
+    if small:
+        out.append(f"The LLMs that ran ({', '.join(small)}) are small bundled models: the papers' probes "
+                   "and rankers are far larger API models, and a weak probe makes a box look less "
+                   "controllable than it is.")
+    subruns = summary["subruns"]
+    cb = (subruns.get("ctrlbench") or {}).get("numbers")
+    if cb:
+        out.append("Search was " + (
+            "ON: probes could search the catalogue; search likes are counted apart and never as Coverage."
+            if cb["allow_search"] else
+            "off, as in the paper's evaluation: only likes on slates the box built count."))
+        seeds = len(cb["seeds"]) * len(cb["targets"])
+        floor = 2 / 2 ** seeds
+        out.append(f"{seeds} paired episode(s) per cell: the smallest two-sided Wilcoxon p-value that many "
+                   f"pairs can give is {floor:.3g}"
+                   + (", so no paired difference can be significant." if floor >= 0.05 else "."))
+        for box, per in cb["cost"].items():
+            for method, c in per.items():
+                if c["decisions"]:
+                    out.append(f"{box} / {method}: {c['parse_failures']} of {c['decisions']} LLM decisions "
+                               f"failed to parse; {c['template_fallbacks']} of {c['probes']} personas were "
+                               f"written from a template; {c['dropped_probes']} probe(s) dropped.")
+    for name, entry in subruns.items():
+        cal = entry.get("numbers") if name.startswith("calibrate-") else None
+        if not cal:
+            continue
+        unresolved = [m for m in cal["methods"] if cal["resolution"][m][cal["metrics"][0]]["value"] is None]
+        if unresolved:
+            out.append(f"{name}: {', '.join(unresolved)} did not resolve the dial (no lambda step told "
+                       "apart at p < 0.05): their numbers describe the probes, not the box.")
+        known = cal.get("known_answers") or {}
+        broken = [row for row in known.get("rows", []) if row and row[-1] == "NO"]
+        if broken:
+            out.append(f"{name}: {len(broken)} known answer(s) at lambda = 0 did NOT hold: the instrument "
+                       "is broken and no number here is evidence.")
+    se = (subruns.get("steereval") or {}).get("numbers")
+    if se:
+        for cond, cell in se["conditions"].items():
+            if cell["edit_problems"]:
+                out.append(f"SteerEval {cond}: {cell['edit_problems']} of {cell['scenarios']} edits were "
+                           "refused or misread by the LLM.")
+    return out

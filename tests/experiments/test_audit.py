@@ -1,0 +1,201 @@
+"""`ctrlsim audit` without an LLM: a tiny real audit (oracle and random probes, a popularity box
+compared with a dial box), its summary.json against the sub-runs' records, the report in a real
+browser, the failure policy, and the plan of what applies to which box."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from audit_checks import assert_estimate, check_in_browser, pixel_variance, read_records, t_interval
+
+from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.audit import REPORT, SUMMARY, AuditFailedError, audit_main, run_audit
+from ctrlsim.experiments.audit_config import AuditConfig, parse_overrides, plan_subruns, subrun_config
+from ctrlsim.experiments.config import RunOptions
+
+TINY = ["--set", "ctrlbench", "--methods oracle,random --rounds 3 --seeds 0,1,2",
+        "--set", "calibrate-ctrlbench", "--dials 0,0.5,1"]
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory, ml100k):
+    out = tmp_path_factory.mktemp("audit") / "popularity"
+    code = audit_main(["popularity", "--compare", "dial:0.75", "--out", str(out), *TINY])
+    assert code == 0
+    return out
+
+
+def test_audit_writes_subrun_folders_and_a_report(audited):
+    assert sorted(p.name for p in audited.iterdir() if p.is_dir()) == ["calibrate-ctrlbench", "ctrlbench"]
+    for name in ("ctrlbench", "calibrate-ctrlbench"):  # ordinary run folders
+        assert {"config.json", "records.jsonl", "tables.md"} <= {p.name for p in (audited / name).iterdir()}
+    html = (audited / REPORT).read_text()
+    assert html.lstrip().lower().startswith("<!doctype html>")
+    assert "http://" not in html.replace("http-equiv", "") and "https://" not in html
+    assert "<script" not in html and "@media print" in html
+    summary = json.loads((audited / SUMMARY).read_text())
+    assert summary["audit"]["boxes"] == ["popularity", "dial:0.75"]
+    assert summary["headline_text"] and summary["caveats"]
+
+
+def test_summary_coverage_matches_the_records(audited):
+    summary = json.loads((audited / SUMMARY).read_text())
+    numbers = summary["subruns"]["ctrlbench"]["numbers"]
+    records = read_records(audited / "ctrlbench")
+    assert summary["subruns"]["ctrlbench"]["units"] == len(records) == 2 * 2 * 3
+    for box in ("popularity", "dial:0.75"):
+        for method in ("oracle", "random"):
+            mine = sorted((r for r in records if r["recommender"] == box and r["method"] == method),
+                          key=lambda r: r["seed"])
+            assert_estimate(numbers["coverage"][box][method],
+                            [r["curves"]["coverage"][-1] for r in mine], 100)
+            for t in range(3):
+                assert_estimate(numbers["coverage_by_round"][box][method][t],
+                                [r["curves"]["coverage"][t] for r in mine], 100)
+            # pooled efficiency: total target likes over total distinct targets found
+            likes = sum(r["efficiency_counts"]["target_likes"][-1] for r in mine)
+            found = sum(r["efficiency_counts"]["found"][-1] for r in mine)
+            got = numbers["efficiency"][box][method]["value"]
+            assert got == (pytest.approx(likes / found) if found else None)
+            assert numbers["cost"][box][method]["episodes"] == 3
+
+
+def test_summary_box_comparison_matches_the_records(audited):
+    from scipy.stats import wilcoxon
+
+    rows = json.loads((audited / SUMMARY).read_text())["subruns"]["ctrlbench"]["numbers"]["box_comparison"]
+    records = read_records(audited / "ctrlbench")
+    assert {(r["box"], r["reference"], r["method"]) for r in rows} == {
+        ("dial:0.75", "popularity", "oracle"), ("dial:0.75", "popularity", "random")}
+    for row in rows:
+        cov = {(r["recommender"], r["seed"]): 100 * r["curves"]["coverage"][-1] for r in records
+               if r["method"] == row["method"]}
+        diffs = np.array([cov[("dial:0.75", s)] - cov[("popularity", s)] for s in (0, 1, 2)])
+        assert_estimate(row["difference"], list(diffs))
+        nonzero = diffs[diffs != 0]
+        expected = float(wilcoxon(nonzero).pvalue) if nonzero.size else None
+        assert row["p_wilcoxon"] == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_summary_calibration_matches_the_records(audited):
+    cal = json.loads((audited / SUMMARY).read_text())["subruns"]["calibrate-ctrlbench"]["numbers"]
+    records = read_records(audited / "calibrate-ctrlbench")
+    assert cal["grid"] == [0.0, 0.5, 1.0] and set(cal["compare"]) == {"popularity", "dial:0.75"}
+    for method in ("oracle", "random"):
+        for metric in ("coverage", "exposure"):
+            curve = cal["curves"][method][metric]
+            for lam, estimate in zip(curve["lambda"], curve["estimates"]):
+                values = [v for r in records if r["method"] == method and r["lambda"] == lam
+                          for v in r["values"][metric].values()]
+                assert_estimate(estimate, values)
+        for box in ("popularity", "dial:0.75"):
+            place = cal["placement"][box][method]
+            values = [v for r in records if r["method"] == method and r["box"] == box
+                      for v in r["values"]["coverage"].values()]
+            assert place["box"]["value"] == pytest.approx(t_interval(values)[0])
+    # Known answer: popularity is the dial's base ranking, so its Exposure equals the dial at lambda = 0.
+    at_zero = {k: v for r in records if r["method"] == "oracle" and r["lambda"] == 0.0
+               for k, v in r["values"]["exposure"].items()}
+    popularity = {k: v for r in records if r["method"] == "oracle" and r["box"] == "popularity"
+                  for k, v in r["values"]["exposure"].items()}
+    assert at_zero == pytest.approx(popularity)
+
+
+def test_report_in_headless_chromium(audited, tmp_path):
+    seen = check_in_browser(audited / REPORT, tmp_path / "shot.png")
+    assert seen["blocked"] == [], f"the report asked other hosts: {seen['blocked']}"
+    assert all(url == seen["page_url"] or url.startswith("data:") for url in seen["seen"])
+    figures = json.loads((audited / SUMMARY).read_text())
+    assert len(seen["images"]) >= 2  # coverage by round, calibration, box comparison
+    assert all(complete and width > 0 for complete, width in seen["images"]), seen["images"]
+    assert all(src.startswith("data:image/png;base64") for src in seen["sources"])
+    assert seen["printable"] == "always"
+    assert pixel_variance(tmp_path / "shot.png") > 0
+    assert figures["cost"]["wall_s"] > 0 and figures["cost"]["total_wall_s"] >= figures["cost"]["wall_s"]
+    assert [c["finished"] for c in figures["cost"]["invocations"]] == [True]
+
+
+def test_a_failed_unit_stops_the_audit_without_a_report(tmp_path, ml100k, monkeypatch):
+    from ctrlsim.recommenders import registry
+
+    class Broken:
+        def __init__(self, dataset, **options):
+            pass
+
+        def recommend(self, states, k, **kwargs):
+            raise RuntimeError("the box is down")
+
+    monkeypatch.setitem(registry.RECOMMENDERS, "audit-broken", Broken)
+    out = tmp_path / "broken"
+    out.mkdir()
+    (out / REPORT).write_text("an old report")  # from an earlier audit: must not survive a failure
+    config = AuditConfig(boxes=("audit-broken",), overrides=parse_overrides(
+        [["ctrlbench", "--methods oracle --rounds 1 --seeds 0,1"]]))
+    with pytest.raises(AuditFailedError, match="ctrlbench"):
+        run_audit(config, RunOptions(out=str(out)), show_progress=False)
+    assert not (out / REPORT).exists() and not (out / SUMMARY).exists()
+    assert read_records(out / "ctrlbench") == []  # a failed unit is never stored
+    costs = [json.loads(line) for line in (out / "cost.jsonl").read_text().splitlines()]
+    assert len(costs) == 1 and costs[0]["finished"] is False and costs[0]["units_ran"] == 0
+
+
+def test_placement_words():
+    from ctrlsim.experiments.audit_words import placement_words
+
+    words = placement_words("ctrlbench", "narm", "oracle", "0.37 [0.25, 0.50]", 0.37)
+    assert "narm" in words and "about 37% of its slate positions" in words and "says little" not in words
+    below = placement_words("ctrlbench", "narm", "oracle", "below lambda = 0 [0.00, 1.00]", None)
+    assert "says little" in below and "less than a reference box that ignores the user" in below
+    assert "cannot place" in placement_words("steereval", "embedding", "template",
+                                             "no scale: the method does not resolve the dial", None)
+
+
+def test_plan_applies_protocols_by_box():
+    names = lambda boxes: [s.name for s in plan_subruns(AuditConfig(boxes=boxes))]  # noqa: E731
+    assert names(("popularity",)) == ["ctrlbench", "calibrate-ctrlbench"]
+    assert names(("embedding",)) == ["ctrlbench", "calibrate-ctrlbench", "steereval", "calibrate-steereval"]
+    assert names(("llm:qwen2.5-0.5b",)) == ["steereval", "calibrate-steereval", "promptshift",
+                                            "calibrate-promptshift"]
+    overrides = parse_overrides([["ctrlbench", "--rounds 6 --seeds 0,1,2,3"]])
+    plan = {s.name: s for s in plan_subruns(AuditConfig(boxes=("narm", "embedding"), overrides=overrides))}
+    cb, cal = plan["ctrlbench"].fields, plan["calibrate-ctrlbench"].fields
+    assert cb["recommenders"] == ("narm", "embedding") and cb["rounds"] == 6 and cb["seeds"] == (0, 1, 2, 3)
+    # the calibration uses the same probes, seeds and sizes as the ctrlbench sub-run
+    assert (cal["rounds"], cal["seeds"], cal["methods"], cal["compare"]) == (
+        6, (0, 1, 2, 3), cb["methods"], ("narm", "embedding"))
+    assert plan["steereval"].fields["conditions"] == ("embedding",)
+    assert plan["calibrate-steereval"].fields["pool_size"] == plan["steereval"].fields["pool_size"]
+    # an LLM box's sub-runs are valid configs of their runners (nothing loads)
+    for subrun in plan_subruns(AuditConfig(boxes=("llm:qwen2.5-0.5b",))):
+        config = subrun_config(subrun)
+        assert "qwen2.5-0.5b" in (getattr(config, "llms", None) or (config.llm,))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["no-such-box"], "unknown recommender"),
+    (["popularity", "--set", "nothing", "--rounds 2"], "unknown sub-run"),
+    (["popularity", "--set", "ctrlbench", "--no-such-flag 1"], "not flags"),
+    (["popularity", "--compare", "popularity"], "more than once"),
+])
+def test_bad_values_are_refused_before_anything_runs(argv, message, tmp_path, capsys):
+    from ctrlsim.experiments.cli import main
+
+    assert main(["audit", *argv, "--out", str(tmp_path / "a")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+
+
+def test_audit_config_rejects_an_unknown_size():
+    with pytest.raises(ConfigError, match="size"):
+        AuditConfig(boxes=("popularity",), size="huge")
+
+
+def test_template_is_package_data():
+    from importlib.resources import files
+
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert '"ctrlsim.experiments" = ["templates/*.j2"]' in pyproject
+
+    assert (files("ctrlsim.experiments") / "templates" / "audit.html.j2").is_file()
