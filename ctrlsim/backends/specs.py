@@ -34,6 +34,14 @@ def _env_int(name: str, default: int, low: int, bound: str) -> int:
     return number
 
 
+def _env_flag(name: str, default: bool) -> bool:
+    """The switch in $name: 1 on, 0 off (`default` when unset); anything else is an error."""
+    value = os.environ.get(name, "1" if default else "0").strip()
+    if value not in ("0", "1"):
+        raise ConfigError(f"{name} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 def available_cpus() -> int:
     """The CPUs this process may run on (its affinity mask where the OS has one)."""
     try:
@@ -57,7 +65,7 @@ def default_gpu_layers() -> int:
 def default_kv_reuse() -> bool:
     """Whether llama.cpp keeps KV prefixes between calls: $CTRLSIM_KV_REUSE (1; or 0, the default:
     every call starts from an empty KV cache, so an uncached seeded reply replays exactly)."""
-    return bool(_env_int("CTRLSIM_KV_REUSE", 0, 0, "0 or 1"))
+    return _env_flag("CTRLSIM_KV_REUSE", False)
 
 
 def default_flash_attn() -> bool:
@@ -65,7 +73,7 @@ def default_flash_attn() -> bool:
     kernel skips the KV cells a sequence does not see, so a cache shared by many sequences (KV
     reuse, long batches) costs each decode only its own cells; it rounds differently, so it stays
     off unless asked for and the default numerics are those of earlier runs."""
-    return bool(_env_int("CTRLSIM_FLASH_ATTN", 0, 0, "0 or 1"))
+    return _env_flag("CTRLSIM_FLASH_ATTN", False)
 
 
 def default_parallel() -> int:

@@ -18,9 +18,10 @@ def test_the_switch_is_read_from_the_environment(monkeypatch):
     assert default_flash_attn() is False  # off unless asked for: default numerics stay as they were
     monkeypatch.setenv("CTRLSIM_FLASH_ATTN", "1")
     assert default_flash_attn() is True
-    monkeypatch.setenv("CTRLSIM_FLASH_ATTN", "yes")
-    with pytest.raises(ConfigError, match="CTRLSIM_FLASH_ATTN"):
-        default_flash_attn()
+    for bad in ("yes", "2"):
+        monkeypatch.setenv("CTRLSIM_FLASH_ATTN", bad)
+        with pytest.raises(ConfigError, match="CTRLSIM_FLASH_ATTN must be 0 or 1"):
+            default_flash_attn()
 
 
 @pytest.mark.llm
