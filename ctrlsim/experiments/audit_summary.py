@@ -239,6 +239,7 @@ def build_summary(config: AuditConfig, done: Sequence, out: Path, cost: dict) ->
     import platform
 
     import ctrlsim
+    from ctrlsim.backends.specs import available_cpus
 
     sections = ("ctrlbench", "steereval")
     subruns: dict[str, dict] = {}
@@ -256,8 +257,8 @@ def build_summary(config: AuditConfig, done: Sequence, out: Path, cost: dict) ->
         "audit": {"boxes": list(config.boxes), "primary": config.primary, "size": config.size,
                   "llm": config.llm, "dataset": config.dataset, "slate_size": config.slate_size,
                   "folder": str(out), "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                  "ctrlsim": getattr(ctrlsim, "__version__", "0.1.0"), "python": platform.python_version(),
-                  "machine": f"{platform.machine()}, {_cpus()} CPU(s)",
+                  "ctrlsim": ctrlsim.__version__, "python": platform.python_version(),
+                  "machine": f"{platform.machine()}, {available_cpus()} CPU(s)",
                   "llm_boxes": [b for b in config.boxes if is_llm_box(b)]},
         "subruns": subruns,
         "cost": {"wall_s": round(cost["wall_s"], 2), "cpu_s": round(cost["cpu_s"], 2),
@@ -270,12 +271,6 @@ def build_summary(config: AuditConfig, done: Sequence, out: Path, cost: dict) ->
     summary["headline_text"] = headline_lines(summary, summary["headline"])
     summary["caveats"] = caveats(summary, SMALL_LLMS)
     return clean(summary)
-
-
-def _cpus() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _tokens(subruns: Mapping[str, dict]) -> dict:
