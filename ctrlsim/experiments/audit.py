@@ -67,7 +67,7 @@ def run_audit(config: AuditConfig, options: RunOptions | None = None, *, show_pr
     out.mkdir(parents=True, exist_ok=True)
     for name in (REPORT, SUMMARY):  # never leave a report beside sub-runs that may now fail
         (out / name).unlink(missing_ok=True)
-    (out / AUDIT_FILE).write_text(json.dumps(audit_identity(config, subruns), indent=2) + "\n")
+    (out / AUDIT_FILE).write_text(json.dumps(audit_identity(config, typed), indent=2) + "\n")
     started, cpu0 = time.perf_counter(), _cpu_seconds()
     done: list[SubRunResult] = []
     try:
@@ -95,19 +95,13 @@ def read_costs(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def audit_identity(config: AuditConfig, subruns: Sequence[SubRun]) -> dict:
+def audit_identity(config: AuditConfig, typed: Sequence[tuple[SubRun, Any]]) -> dict:
+    """What identifies an audit (audit.json): its settings and every sub-run's typed config."""
     from ctrlsim.experiments.config import config_to_dict
 
     return {"boxes": list(config.boxes), "size": config.size, "llm": config.llm, "dataset": config.dataset,
             "slate_size": config.slate_size,
-            "subruns": {s.name: {"protocol": s.protocol, "config": config_to_dict(_typed(s))}
-                        for s in subruns}}
-
-
-def _typed(subrun: SubRun) -> Any:
-    from ctrlsim.experiments.audit_config import subrun_config
-
-    return subrun_config(subrun)
+            "subruns": {s.name: {"protocol": s.protocol, "config": config_to_dict(c)} for s, c in typed}}
 
 
 def write_report(config: AuditConfig, done: Sequence[SubRunResult], out: Path, cost: dict) -> dict:

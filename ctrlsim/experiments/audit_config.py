@@ -185,12 +185,10 @@ def subrun_config(subrun: SubRun) -> Any:
     from ctrlsim.experiments.config import config_from_dict
     from ctrlsim.experiments.runner import get_runner
 
-    runner = get_runner(subrun.protocol)
-    names = {f.name for f in dataclasses.fields(runner.config_cls) if f.init}
-    unknown = sorted(set(subrun.fields) - names)
-    if unknown:
-        raise ConfigError(f"audit sub-run {subrun.name}: {subrun.protocol} has no field(s) {unknown}")
-    return config_from_dict(runner.config_cls, dict(subrun.fields))
+    try:
+        return config_from_dict(get_runner(subrun.protocol).config_cls, dict(subrun.fields))
+    except ConfigError as exc:
+        raise ConfigError(f"audit sub-run {subrun.name}: {exc}") from None
 
 
 def parse_overrides(pairs: list[list[str]] | None) -> dict[str, dict[str, Any]]:
