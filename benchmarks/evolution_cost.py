@@ -5,10 +5,13 @@ with a fresh run folder and response cache, prints each phase's wall time, LLM c
 tokens, then scales each phase by the number of LLM calls the paper-size run makes
 (K_init = 100 -> 50 -> 25, E_i = 2, E_m = 2, t = 20) at the measured seconds and tokens per
 call. The goal this checks: the paper-size run on a 2-core CPU with qwen2.5-0.5b in under
-30 minutes. Per-call costs barely depend on the population size (prompts hold one persona,
-or one cluster of about two members under the halving rule), so the extrapolation is linear
-in calls; the machine load (`os.getloadavg`) is printed because other work on a shared box
-slows every call.
+30 minutes. Prompts hold one persona, or one cluster of about two members under the halving
+rule, so the extrapolation is linear in calls; it keeps the small run's batch sizes, and larger
+batches decode each token more cheaply (one thread: 42, 28 and 21 ms per generated token for 1,
+4 and 16 sequences), so it overstates the paper-size run somewhat. Seconds per call come from
+CPU time with one llama.cpp thread and from wall time with more (`--basis`; take those on an
+idle machine). The machine load (`os.getloadavg`) is printed because other work on a shared
+box slows every call.
 
     python benchmarks/evolution_cost.py --agents 8 --llm qwen2.5-0.5b
 """
@@ -95,9 +98,10 @@ def report(phases: dict, shares: dict, args) -> str:
         tokens = entry.get("tokens", {})
         calls = tokens.get("calls", 0) - tokens.get("cached_calls", 0)
         seconds = entry.get("seconds", 0.0)
-        # CPU time of the run's process ~ the phase's time alone on one core (wall time on a shared
-        # machine includes waiting for other people's jobs); wall time where CPU time was not recorded.
-        basis = entry.get("cpu_seconds", seconds)
+        # One thread: CPU time of the run's process ~ the phase's time alone on one core (wall time
+        # on a shared machine includes waiting for other people's jobs). More threads: CPU time
+        # counts every core, so wall time on an idle machine is the figure.
+        basis = entry.get("cpu_seconds", seconds) if args.basis == "cpu" else seconds
         kind, _, gen = name.partition("_g")
         generation = int(gen) if gen.isdigit() else 0
         per_call_s = basis / calls if calls else 0.0
@@ -109,7 +113,7 @@ def report(phases: dict, shares: dict, args) -> str:
             [
                 name,
                 f"{seconds:.1f}",
-                f"{basis:.1f}",
+                f"{entry.get('cpu_seconds', seconds):.1f}",
                 calls,
                 tokens.get("total_tokens", 0),
                 f"{per_call_s:.2f}",
@@ -127,7 +131,7 @@ def report(phases: dict, shares: dict, args) -> str:
             "CPU s",
             "LLM calls",
             "tokens",
-            "s/call",
+            f"{args.basis} s/call",
             "tokens/call",
             "paper calls",
             "paper min",
@@ -140,8 +144,8 @@ def report(phases: dict, shares: dict, args) -> str:
         f"measured run: {args.agents} probes, E_m={args.merges}, E_i={args.rounds_per_merge}, "
         f"t={args.eval_rounds}, LLM {args.llm}, conversation {getattr(args, 'conversation', 'memory')}: "
         f"{sum(e.get('seconds', 0) for e in phases.values()):.0f} s",
-        f"paper-size run (100 -> 50 -> 25, E_i=2, t=20) extrapolated from CPU s per call "
-        f"(one core, CTRLSIM_THREADS={os.environ.get('CTRLSIM_THREADS', '1')}): {total / 60:.1f} min "
+        f"paper-size run (100 -> 50 -> 25, E_i=2, t=20) extrapolated from {args.basis} s per call "
+        f"(CTRLSIM_THREADS={threads()}): {total / 60:.1f} min "
         f"({'within' if total <= GOAL_SECONDS else 'over'} the 30-minute goal by "
         f"{abs(GOAL_SECONDS - total) / 60:.1f} min)",
         "share of the extrapolated time by phase kind:",
@@ -149,6 +153,12 @@ def report(phases: dict, shares: dict, args) -> str:
     for kind, seconds in sorted(projected.items(), key=lambda kv: -kv[1]):
         lines.append(f"  {kind:<9} {seconds / 60:6.1f} min  {100 * seconds / max(total, 1e-9):5.1f} %")
     return "\n".join(lines)
+
+
+def threads() -> int:
+    from ctrlsim.backends.specs import default_threads
+
+    return default_threads()
 
 
 def main() -> None:
@@ -166,7 +176,12 @@ def main() -> None:
                         help="probe prompts in the loop's and the evaluation's rounds")
     parser.add_argument("--out", default=None, help="run folder (default: a fresh temporary folder)")
     parser.add_argument("--from-run", default=None, help="report an existing run folder instead of running")
+    parser.add_argument("--basis", default="auto", choices=["auto", "cpu", "wall"],
+                        help="seconds per call from CPU time or wall time (auto: CPU time for one "
+                             "llama.cpp thread, wall time for more; measure wall time on an idle machine)")
     args = parser.parse_args()
+    if args.basis == "auto":
+        args.basis = "cpu" if threads() == 1 else "wall"
     started = time.perf_counter()
     if args.from_run:
         folder = Path(args.from_run)

@@ -61,7 +61,7 @@ class LlamaCppLLM(LLM):
     def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
                  n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
                  parallel_ctx: int | None = None, n_gpu_layers: int = 0, kv_reuse: bool = False,
-                 kv_slots: int | None = None, flash_attn: bool = False, **kwargs):
+                 kv_slots: int | None = None, flash_attn: bool = False, kv_host_mb: int = 2048, **kwargs):
         if importlib.util.find_spec("llama_cpp") is None:  # reported now; imported on the first call
             raise MissingDependencyError("llama_cpp", "llm", "GGUF models")
         model_path = Path(model_path)
@@ -72,6 +72,8 @@ class LlamaCppLLM(LLM):
         if kv_slots is not None and not 2 * n_parallel + 1 <= kv_slots <= MAX_SEQUENCES:
             raise ConfigError(f"kv_slots must be in [{2 * n_parallel + 1}, {MAX_SEQUENCES}] for n_parallel="
                               f"{n_parallel}, got {kv_slots}")
+        if kv_host_mb < 0:
+            raise ConfigError(f"kv_host_mb must be >= 0 (0: no host stash), got {kv_host_mb}")
         if n_gpu_layers < -1:
             raise ConfigError(f"n_gpu_layers must be -1 (all layers) or >= 0, got {n_gpu_layers}")
         super().__init__(model_id or model_path.stem, **kwargs)
@@ -90,6 +92,9 @@ class LlamaCppLLM(LLM):
         # decode of the parallel context pays for all occupied cells. Off by default: it rounds
         # differently (docs/performance.md), and KV reuse, which gains most from it, is off too.
         self.flash_attn = flash_attn
+        # With KV reuse, sequences the current prompts do not start from wait in this much host
+        # memory instead of the KV cache, where every decode would scan their cells.
+        self.kv_host_mb = kv_host_mb
         self.kv_slots = kv_slots
         self._parallel = None  # the ParallelContext, created on first parallel use
         # What is open, in the order it was opened; closed by `close()` or, at the latest, at interpreter
@@ -151,6 +156,7 @@ class LlamaCppLLM(LLM):
 
     def _parallel_context(self):
         """The parallel-sequence context for `n_parallel` workers (rebuilt if that setting changed)."""
+        from ctrlsim.backends.llamacpp_kv import HostStash
         from ctrlsim.backends.llamacpp_parallel import ParallelContext
 
         llm = self._llm
@@ -163,9 +169,13 @@ class LlamaCppLLM(LLM):
                 self._parallel.close()
             self._parallel = ParallelContext(llm, n_seq=slots, workers=self.n_parallel,
                                              n_ctx=self.parallel_ctx, n_batch=max(self.n_batch, 512),
-                                             n_threads=self.n_threads, reuse=self.kv_reuse)
+                                             n_threads=self.n_threads, reuse=self.kv_reuse,
+                                             host_bytes=self.kv_host_mb << 20)
             self._open.append(self._parallel)
-        self._parallel.pool.reuse = self.kv_reuse
+        pool = self._parallel.pool
+        pool.reuse = self.kv_reuse
+        if (pool.stash.budget if pool.stash else 0) != self.kv_host_mb << 20:  # the setting changed
+            pool.stash = HostStash(self.kv_host_mb << 20) if self.kv_host_mb else None
         return self._parallel
 
     @property

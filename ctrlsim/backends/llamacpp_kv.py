@@ -13,12 +13,22 @@ evaluates only the rest:
 A unified cache frees a cell when no sequence holds it any more, so the pool gives every cell it
 creates an id and counts the distinct ids of all slots against the budget (`capacity` cells, the
 context size). To make room it evicts the least recently used slots not needed by the prompts
-being placed. This module is bookkeeping only; the llama.cpp calls go through `KVOps`.
+being placed.
+
+Every decode of a unified cache goes over all cells up to the highest one in use, masked or
+not, so sequences kept for later make the current ones slower. With a `HostStash` (llama.cpp's
+server keeps a host-memory prompt cache the same way) the pool parks every sequence in host
+memory (`llama_state_seq_get_data`) before a group of prompts is placed, empties the cache,
+and restores (`llama_state_seq_set_data`) only the parked sequences those prompts start from,
+cut to the prefix they use: the cache holds only what the current prompts need, from its first
+cell, and the restored cells are byte for byte the ones computed. This module is bookkeeping only; the
+llama.cpp calls go through `KVOps`.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,6 +39,14 @@ class KVOps(Protocol):
     def seq_rm(self, seq: int, p0: int, p1: int) -> None: ...
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
+
+    # Only with a HostStash: a sequence's saved state (None: llama.cpp could not save it), putting
+    # one back on an empty sequence (False: no room for it) and emptying the whole cache.
+    def save(self, seq: int) -> Any: ...
+
+    def load(self, seq: int, state: Any) -> bool: ...
+
+    def clear(self) -> None: ...
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -59,9 +77,60 @@ class CapacityError(Exception):
     """The prompts being placed need more cells than the budget holds beside what they share."""
 
 
+class HostStash:
+    """Parked sequences: token list -> saved KV state, least recently parked dropped past `budget` bytes."""
+
+    def __init__(self, budget: int):
+        self.budget, self.bytes = budget, 0
+        self.entries: OrderedDict[tuple[int, ...], tuple[Any, int]] = OrderedDict()
+        self.parked = self.restored = self.dropped = 0
+
+    def put(self, tokens: list[int], state: Any, size: int) -> None:
+        """Park a sequence; parked prefixes of it go (restoring it and cutting it gives them)."""
+        key = tuple(tokens)
+        longer = [k for k in self.entries if len(k) > len(key) and k[:len(key)] == key]
+        if longer:  # already parked inside a longer sequence
+            self.entries.move_to_end(longer[0])
+            return
+        for held in [k for k in self.entries if key[:len(k)] == k]:
+            self.bytes -= self.entries.pop(held)[1]
+        if size > self.budget:
+            self.dropped += 1
+            return
+        self.entries[key] = (state, size)
+        self.bytes += size
+        self.parked += 1
+        while self.bytes > self.budget:
+            self.bytes -= self.entries.popitem(last=False)[1][1]
+            self.dropped += 1
+
+    def best(self, tokens: list[int], *, limit: int) -> tuple[int, tuple[int, ...] | None]:
+        """(length, key) of the parked sequence sharing the longest prefix with `tokens`."""
+        best, best_key = 0, None
+        for key in self.entries:
+            length = min(common_prefix(list(key), tokens), limit)
+            if length > best:
+                best, best_key = length, key
+        return best, best_key
+
+    def get(self, key: tuple[int, ...]) -> Any:
+        """A parked state (it stays parked: what is restored is a copy)."""
+        self.entries.move_to_end(key)
+        return self.entries[key][0]
+
+    def discard(self, key: tuple[int, ...]) -> None:
+        self.bytes -= self.entries.pop(key)[1]
+        self.dropped += 1
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.bytes = 0
+
+
 class SlotPool:
-    def __init__(self, ops: KVOps, *, n_slots: int, capacity: int, reuse: bool = True):
-        self._ops, self.capacity, self.reuse = ops, capacity, reuse
+    def __init__(self, ops: KVOps, *, n_slots: int, capacity: int, reuse: bool = True,
+                 stash: HostStash | None = None):
+        self._ops, self.capacity, self.reuse, self.stash = ops, capacity, reuse, stash
         self.slots = [Slot() for _ in range(n_slots)]
         self._next_cell = 0
         self._tick = 0
@@ -83,9 +152,12 @@ class SlotPool:
         for slot in range(len(self.slots)):
             self._drop(slot)
 
-    def forget(self) -> None:
-        """Forget every slot (after the caller cleared the whole KV cache itself)."""
+    def forget(self, *, parked: bool = True) -> None:
+        """Forget every slot (after the caller cleared the whole KV cache) and, unless `parked` is
+        False, every parked sequence."""
         self.slots = [Slot() for _ in self.slots]
+        if parked and self.stash is not None:
+            self.stash.clear()
 
     def extend(self, slot: int, tokens: list[int]) -> None:
         """Record `tokens` decoded on `slot` right after what it holds."""
@@ -149,6 +221,41 @@ class SlotPool:
             victim = min(held, key=lambda n: (self.slots[n].last_used, n))
             self._drop(victim)
             self.evictions += 1
+
+    # ------------------------------------------------------------ host stash
+    def prepare(self, prompts: list[list[int]]) -> None:
+        """With a stash and reuse on: park every slot, empty the cache, and bring back only the
+        parked sequences these prompts start from, each cut to the prefix they use.
+
+        An emptied cache fills from its first cell again: llama.cpp attends over every cell up
+        to the highest one in use, so even a short prefix kept at the top would cost as much as
+        a full cache.
+        """
+        if self.stash is None or not self.reuse:
+            return
+        for slot, held in enumerate(self.slots):
+            if held.tokens:
+                state = self._ops.save(slot)
+                if state is not None:
+                    self.stash.put(held.tokens, state, len(state))
+        self._ops.clear()
+        self.forget(parked=False)
+        wanted: dict[tuple[int, ...], int] = {}
+        for tokens in prompts:
+            length, key = self.stash.best(tokens, limit=len(tokens) - 1)
+            if key is not None:
+                wanted[key] = max(wanted.get(key, 0), length)
+        for key, length in sorted(wanted.items(), key=lambda kv: -kv[1]):
+            if length > self.capacity - self.used_cells():
+                continue
+            slot = self._take_free(set())
+            if not self._ops.load(slot, self.stash.get(key)):
+                self._ops.seq_rm(slot, 0, -1)
+                self.stash.discard(key)
+                continue
+            self.stash.restored += 1
+            self.extend(slot, list(key))
+            self._drop(slot, length)
 
     # ------------------------------------------------------------- placement
     def shared_prefix_task(self, prompts: list[list[int]]) -> tuple[int, int, list[int]] | None:

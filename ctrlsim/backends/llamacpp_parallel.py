@@ -8,16 +8,18 @@ evaluated, and a prefix that several prompts of a batch share but the cache lack
 evaluated once and copied (`llama_memory_seq_cp` shares the cells, nothing is recomputed).
 The prompts' own tokens, and then every reply's next token, go through one `llama_batch` per
 decode step. A batch with more prompts than worker sequences, or more tokens than the KV
-cache holds, is split into groups that run one after another.
+cache holds, is split into groups that run one after another. With a host stash, the cache
+holds only what the group being placed starts from; the rest waits in host memory (`llamacpp_kv`).
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from ctrlsim.backends.llamacpp_kv import CapacityError, Placement, SlotPool, common_prefix
+from ctrlsim.backends.llamacpp_kv import CapacityError, HostStash, Placement, SlotPool, common_prefix
 from ctrlsim.backends.llamacpp_sampling import GreedyChooser, SampledChooser
 from ctrlsim.errors import ModelError
 
@@ -85,7 +87,7 @@ class ParallelContext:
     starts from an empty cache)."""
 
     def __init__(self, llama, *, n_seq: int, workers: int, n_ctx: int, n_batch: int, n_threads: int,
-                 reuse: bool = True):
+                 reuse: bool = True, host_bytes: int = 0):
         import llama_cpp
         from llama_cpp import _internals
 
@@ -109,7 +111,8 @@ class ParallelContext:
         self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         self.n_seq, self.workers, self.n_ctx, self.n_batch = n_seq, workers, n_ctx, n_batch
         self.n_vocab = llama.n_vocab()
-        self.pool = SlotPool(self, n_slots=n_seq, capacity=n_ctx, reuse=reuse)
+        self.pool = SlotPool(self, n_slots=n_seq, capacity=n_ctx, reuse=reuse,
+                             stash=HostStash(host_bytes) if host_bytes > 0 else None)
         self.evaluated_tokens = 0
 
     @property
@@ -123,6 +126,20 @@ class ParallelContext:
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         self._ctx.kv_cache_seq_cp(src, dst, p0, p1)
+
+    def save(self, seq: int):
+        """The sequence's KV state in host memory (a ctypes byte array), None if llama.cpp fails."""
+        size = self._lib.llama_state_seq_get_size(self._ctx.ctx, seq)
+        state = (ctypes.c_ubyte * size)()
+        return state if size and self._lib.llama_state_seq_get_data(self._ctx.ctx, state, size, seq) == size \
+            else None
+
+    def clear(self) -> None:
+        self._ctx.kv_cache_clear()
+
+    def load(self, seq: int, state) -> bool:
+        """Put a saved state on the (empty) sequence `seq`; False when the cache has no room for it."""
+        return self._lib.llama_state_seq_set_data(self._ctx.ctx, state, len(state), seq) == len(state)
 
     # ---------------------------------------------------------------- decoding
     def _decode(self, runs: list[Run], on_output: Callable[[int, int], None]) -> None:
@@ -143,7 +160,7 @@ class ParallelContext:
             batch.n_tokens = n
             code = self._lib.llama_decode(self._ctx.ctx, batch)
             if code != 0:
-                self.reset()  # the cache may hold part of the batch; start clean next time
+                self.reset(parked=False)  # the cache may hold part of the batch; start clean next time
                 raise ModelError(f"llama_decode returned {code} for a batch of {n} tokens "
                                  f"(KV cache of {self.n_ctx} cells, {self.n_seq} sequences)")
             self.evaluated_tokens += n
@@ -180,6 +197,7 @@ class ParallelContext:
         (`plan_groups` made every group fit one).
         """
         prompts = [token_lists[i] for i in group.members]
+        self.pool.prepare(prompts)
         for attempt in (1, 2):
             try:
                 task = self.pool.shared_prefix_task(prompts)
@@ -191,7 +209,7 @@ class ParallelContext:
                 if attempt == 2:
                     raise ModelError(f"a group of {len(prompts)} prompts does not fit the KV cache of "
                                      f"{self.n_ctx} cells") from None
-                self.reset()
+                self.reset(parked=False)
         raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ scoring
@@ -236,7 +254,7 @@ class ParallelContext:
                 for i in group.members:
                     choosers[i] = GreedyChooser(self._lib, vocab, self.n_vocab, grammar) if temperature == 0 \
                         else SampledChooser(self._lib, vocab, temperature=temperature, top_p=top_p,
-                                            seed=seeds[i], grammar=grammar)
+                                            seed=seeds[i], grammar=grammar, n_vocab=self.n_vocab)
                 places = self._place(token_lists, group, limits)
                 slot = {i: p.slot for i, p in zip(group.members, places)}
                 self._decode([Run(p.slot, token_lists[i][p.start:], p.start, key=i)
@@ -275,10 +293,10 @@ class ParallelContext:
         if len(reply.tokens) >= limit:
             reply.text, reply.finish_reason, reply.done = text, "length", True
 
-    def reset(self) -> None:
-        """Forget every sequence."""
+    def reset(self, *, parked: bool = True) -> None:
+        """Forget every sequence (and, unless `parked` is False, what the host stash holds)."""
         self._ctx.kv_cache_clear()
-        self.pool.forget()
+        self.pool.forget(parked=parked)
 
     def close(self) -> None:
         self._batch.close()

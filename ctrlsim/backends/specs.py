@@ -76,6 +76,12 @@ def default_flash_attn() -> bool:
     return _env_flag("CTRLSIM_FLASH_ATTN", False)
 
 
+def default_kv_host_mb() -> int:
+    """Host memory (MiB) for KV states parked beside a reused cache: $CTRLSIM_KV_HOST_MB (default
+    2048; 0: no stash, sequences stay in the KV cache until evicted). Used only with KV reuse."""
+    return _env_int("CTRLSIM_KV_HOST_MB", 2048, 0, ">= 0")
+
+
 def default_parallel() -> int:
     """Sequences llama.cpp decodes side by side: $CTRLSIM_N_PARALLEL (default 16; 1 gives the
     sequential paths, every reply from a fresh KV cache whatever else the batch holds)."""
@@ -116,6 +122,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
         options.setdefault("kv_reuse", default_kv_reuse())
         options.setdefault("n_parallel", default_parallel())
         options.setdefault("flash_attn", default_flash_attn())
+        options.setdefault("kv_host_mb", default_kv_host_mb())
 
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,

@@ -9,7 +9,7 @@ equal what the simulator holds.
 import numpy as np
 import pytest
 
-from ctrlsim.backends.llamacpp_kv import CapacityError, SlotPool, common_prefix
+from ctrlsim.backends.llamacpp_kv import CapacityError, HostStash, SlotPool, common_prefix
 
 
 class FakeKV:
@@ -33,6 +33,21 @@ class FakeKV:
         for offset, token in enumerate(tokens):
             self.cells.append({"pos": start + offset, "token": token, "seqs": {seq}})
 
+    def save(self, seq):
+        return tuple(self.tokens(seq))  # its length stands for its size in the stash's budget
+
+    def load(self, seq, state):
+        assert not self.tokens(seq), "a state is loaded on an empty sequence"
+        if self.refuse_loads:
+            return False
+        self.decode(seq, list(state), 0)
+        return True
+
+    refuse_loads = False
+
+    def clear(self):
+        self.cells = []
+
     def tokens(self, seq):
         mine = sorted((c["pos"], c["token"]) for c in self.cells if seq in c["seqs"])
         assert [p for p, _ in mine] == list(range(len(mine))), "positions must be contiguous from 0"
@@ -44,6 +59,7 @@ def run_call(pool, kv, prompts, reserve=None):
     reserve = reserve or [0] * len(prompts)
     pool.begin_call()
     evaluated = 0
+    pool.prepare(prompts)
     task = pool.shared_prefix_task(prompts)
     if task is not None:
         slot, start, tokens = task
@@ -131,3 +147,73 @@ def test_group_larger_than_the_budget_is_a_capacity_error():
     pool.begin_call()
     with pytest.raises(CapacityError):
         pool.place([list(range(8)), list(range(100, 108))], [0, 0])
+
+
+def test_with_a_host_stash_the_cache_holds_only_what_the_current_prompts_start_from():
+    kv = FakeKV()
+    pool = SlotPool(kv, n_slots=9, capacity=1000, stash=HostStash(budget=10_000))
+    conversations = [[1, 2, 3, 10 + n, 20 + n] for n in range(3)]
+    run_call(pool, kv, conversations)
+    other = [[7, 8, 9, 9, 9]]
+    _, evaluated = run_call(pool, kv, other)
+    assert evaluated == 5
+    assert len(kv.cells) == 5  # the three conversations are parked, not scanned by this decode
+    assert sorted(pool.stash.entries) == sorted(tuple(c) for c in conversations)
+    grown = [c + [30, 31] for c in conversations]
+    places, evaluated = run_call(pool, kv, grown)
+    assert evaluated == 3 * 2  # each restored whole and continued in place
+    assert [p.start for p in places] == [5, 5, 5]
+    assert pool.stash.restored == 3 and tuple(other[0]) in pool.stash.entries
+
+
+def test_the_stash_drops_the_least_recently_parked_past_its_budget():
+    kv = FakeKV()
+    pool = SlotPool(kv, n_slots=9, capacity=1000, stash=HostStash(budget=12))
+    for n in range(4):  # each call parks the one before it (5 tokens each)
+        run_call(pool, kv, [[n] * 5])
+    assert list(pool.stash.entries) == [(1,) * 5, (2,) * 5]
+    assert pool.stash.bytes == 10 and pool.stash.dropped == 1
+    _, evaluated = run_call(pool, kv, [[0] * 5 + [4]])  # (0,)*5 was dropped: evaluated again
+    assert evaluated == 6
+
+
+def test_a_state_llama_cpp_cannot_place_is_evaluated_again():
+    kv = FakeKV()
+    pool = SlotPool(kv, n_slots=9, capacity=1000, stash=HostStash(budget=100))
+    run_call(pool, kv, [[1, 2, 3, 4]])
+    run_call(pool, kv, [[5, 6, 7]])
+    kv.refuse_loads = True
+    _, evaluated = run_call(pool, kv, [[1, 2, 3, 4, 8]])
+    assert evaluated == 5 and pool.stash.dropped == 1 and pool.stash.restored == 0
+
+
+def test_without_reuse_the_stash_is_not_used():
+    kv = FakeKV()
+    pool = SlotPool(kv, n_slots=5, capacity=1000, reuse=False, stash=HostStash(budget=100))
+    run_call(pool, kv, [[1, 2, 3]])
+    _, evaluated = run_call(pool, kv, [[1, 2, 3, 4]])
+    assert evaluated == 4 and not pool.stash.entries
+
+
+def test_a_slot_a_prompt_starts_from_keeps_only_that_prefix_and_is_parked_in_full():
+    kv = FakeKV()
+    pool = SlotPool(kv, n_slots=9, capacity=1000, stash=HostStash(budget=100))
+    run_call(pool, kv, [[1, 2, 3, 4, 5, 6]])
+    places, evaluated = run_call(pool, kv, [[1, 2, 9]])
+    assert places[0].start == 2 and evaluated == 1
+    assert (1, 2, 3, 4, 5, 6) in pool.stash.entries
+    assert len(kv.cells) == 3
+
+
+def test_the_host_stash_budget_comes_from_the_environment_and_is_checked(monkeypatch):
+    from ctrlsim.backends.specs import default_kv_host_mb
+    from ctrlsim.errors import ConfigError
+
+    monkeypatch.delenv("CTRLSIM_KV_HOST_MB", raising=False)
+    assert default_kv_host_mb() == 2048
+    monkeypatch.setenv("CTRLSIM_KV_HOST_MB", "0")
+    assert default_kv_host_mb() == 0
+    for bad in ("-1", "lots"):
+        monkeypatch.setenv("CTRLSIM_KV_HOST_MB", bad)
+        with pytest.raises(ConfigError, match="CTRLSIM_KV_HOST_MB"):
+            default_kv_host_mb()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ctrlsim.backends.llamacpp import LlamaCppLLM
+from ctrlsim.errors import ConfigError
 
 pytestmark = pytest.mark.llm
 
@@ -85,9 +86,10 @@ def test_ratings_agree_with_reuse_on_and_off_within_005(qwen05):
     assert evaluated < prompt_tokens / 3  # only each item's own tail is evaluated
 
 
-def test_a_small_kv_budget_evicts_and_still_gives_the_same_replies(smol):
+@pytest.mark.parametrize("host_mb", [0, 64])
+def test_a_small_kv_budget_evicts_or_parks_and_still_gives_the_same_replies(smol, host_mb):
     small = LlamaCppLLM(smol.model_path, n_ctx=512, parallel_ctx=512, n_parallel=2, kv_slots=5,
-                        kv_reuse=True)
+                        kv_reuse=True, kv_host_mb=host_mb)
     try:
         prompts = [[{"role": "user", "content": f"Count from 1 to {n}, separated by commas."}]
                    for n in (3, 4)]
@@ -96,7 +98,8 @@ def test_a_small_kv_budget_evicts_and_still_gives_the_same_replies(smol):
         first = small.chat(prompts, max_tokens=12)
         small.chat(long, max_tokens=12)  # needs most of the budget: the first prompts' cells go
         pool = small._parallel.pool
-        assert pool.evictions > 0 and pool.used_cells() <= 512
+        assert pool.used_cells() <= 512
+        assert pool.evictions > 0 if host_mb == 0 else pool.stash.parked > 0
         again = small.chat(prompts, max_tokens=12)
         assert texts(again) == texts(first)
         small.kv_reuse = False
@@ -152,3 +155,27 @@ def test_a_sampled_parallel_reply_is_the_sequential_sampler_chains_reply(qwen05)
     finally:
         qwen05.n_parallel = before
     assert texts(parallel) == texts(sequential)
+
+
+def test_a_conversation_parked_in_host_memory_is_restored_and_continues_as_from_scratch(smol):
+    assert smol.kv_host_mb > 0
+    with pytest.raises(ConfigError, match="kv_host_mb"):
+        LlamaCppLLM(smol.model_path, kv_host_mb=-1)
+    with reuse(smol, True):
+        replies = smol.chat(COUNTING, max_tokens=16)
+        unrelated = [[{"role": "user", "content": f"Name a {thing}."}] for thing in ("river", "bird")]
+        smol.chat(unrelated, max_tokens=8)  # parks the three counting conversations
+        stash = smol._parallel.pool.stash
+        assert len(stash.entries) >= 3 and smol._parallel.pool.used_cells() < 200
+        grown = [c + [{"role": "assistant", "content": r.text},
+                      {"role": "user", "content": "Now count from 1 to 3, separated by commas."}]
+                 for c, r in zip(COUNTING, replies)]
+        before = smol.evaluated_tokens
+        again = smol.chat(grown, max_tokens=12)
+        evaluated = smol.evaluated_tokens - before
+        assert stash.restored >= 3
+    assert evaluated < sum(a.prompt_tokens for a in again) / 3
+    with reuse(smol, False):
+        fresh = smol.chat(grown, max_tokens=12)
+    assert texts(again) == texts(fresh)
+    assert again[0].text.startswith("1, 2, 3") and again[2].text.startswith("1, 2, 3")
