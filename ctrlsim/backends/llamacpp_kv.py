@@ -245,8 +245,10 @@ class SlotPool:
             length, key = self.stash.best(tokens, limit=len(tokens) - 1)
             if key is not None:
                 wanted[key] = max(wanted.get(key, 0), length)
+        # A restored sequence shares no cells, so the group was planned without sharing
+        # (`plan_groups(shared=False)`); llama.cpp places the whole parked sequence before it is cut.
         for key, length in sorted(wanted.items(), key=lambda kv: -kv[1]):
-            if length > self.capacity - self.used_cells():
+            if self.used_cells() + len(key) > self.capacity:
                 continue
             slot = self._take_free(set())
             if not self._ops.load(slot, self.stash.get(key)):

@@ -33,12 +33,13 @@ class Group:
 
 
 def plan_groups(token_lists: list[list[int]], workers: int, capacity: int,
-                reserve: list[int] | None = None) -> list[Group]:
+                reserve: list[int] | None = None, *, shared: bool = True) -> list[Group]:
     """Split prompts (in sorted token order, so shared prefixes sit together) into groups.
 
     A group has at most `workers` prompts and fits the KV cache: its prefix plus every
-    member's suffix and `reserve` generated tokens stay within `capacity` cells. Each
-    member keeps at least one suffix token, whose logits are the ones read.
+    member's suffix and `reserve` generated tokens stay within `capacity` cells (with
+    `shared=False`, every member's whole prompt: sequences restored from a host stash share no
+    cells). Each member keeps at least one suffix token, whose logits are the ones read.
     """
     reserve = reserve or [0] * len(token_lists)
     order = sorted(range(len(token_lists)), key=lambda i: token_lists[i])
@@ -48,14 +49,15 @@ def plan_groups(token_lists: list[list[int]], workers: int, capacity: int,
     for i in order:
         trial = members + [i]
         # In sorted order the common prefix of a run is that of its first and last member.
-        shared = common_prefix(token_lists[trial[0]], token_lists[i])
-        shared = min(shared, min(len(token_lists[j]) for j in trial) - 1)
-        cells = shared + sum(len(token_lists[j]) - shared + reserve[j] for j in trial)
+        common = common_prefix(token_lists[trial[0]], token_lists[i])
+        common = min(common, min(len(token_lists[j]) for j in trial) - 1)
+        counted = common if shared else 0
+        cells = counted + sum(len(token_lists[j]) - counted + reserve[j] for j in trial)
         if members and (len(trial) > workers or cells > capacity):
             groups.append(Group(members, prefix))
             members, prefix = [i], len(token_lists[i]) - 1
         else:
-            members, prefix = trial, shared
+            members, prefix = trial, common
     if members:
         groups.append(Group(members, prefix))
     return groups
@@ -136,6 +138,10 @@ class ParallelContext:
 
     def clear(self) -> None:
         self._ctx.kv_cache_clear()
+
+    def _shares_cells(self) -> bool:
+        """Whether a group's members share their common prefix's cells (not when restored)."""
+        return self.pool.stash is None or not self.pool.reuse
 
     def load(self, seq: int, state) -> bool:
         """Put a saved state on the (empty) sequence `seq`; False when the cache has no room for it."""
@@ -221,7 +227,7 @@ class ParallelContext:
             out[key] = self.logits(index)
 
         self.pool.begin_call()
-        for group in plan_groups(token_lists, self.workers, self.n_ctx):
+        for group in plan_groups(token_lists, self.workers, self.n_ctx, shared=self._shares_cells()):
             places = self._place(token_lists, group, [0] * len(token_lists))
             self._decode([Run(p.slot, token_lists[i][p.start:], p.start, key=i)
                           for i, p in zip(group.members, places)], keep)
@@ -243,7 +249,8 @@ class ParallelContext:
         seeds = seeds if seeds is not None else [0] * len(token_lists)
         vocab = self._llama._model.vocab
         self.pool.begin_call()
-        for group in plan_groups(token_lists, self.workers, self.n_ctx, reserve=limits):
+        for group in plan_groups(token_lists, self.workers, self.n_ctx, reserve=limits,
+                                 shared=self._shares_cells()):
             choosers: dict[int, GreedyChooser | SampledChooser] = {}
             chosen: dict[int, int] = {}
 

@@ -217,3 +217,11 @@ def test_the_host_stash_budget_comes_from_the_environment_and_is_checked(monkeyp
         monkeypatch.setenv("CTRLSIM_KV_HOST_MB", bad)
         with pytest.raises(ConfigError, match="CTRLSIM_KV_HOST_MB"):
             default_kv_host_mb()
+
+
+def test_groups_for_restored_sequences_count_every_prompt_whole():
+    from ctrlsim.backends.llamacpp_parallel import plan_groups
+
+    prompts = [list(range(10)) + [100 + n] * 10 for n in range(3)]  # 10 shared tokens, 10 own
+    assert [g.members for g in plan_groups(prompts, 8, 45)] == [[0, 1, 2]]  # 10 + 3 * 10 cells
+    assert [g.members for g in plan_groups(prompts, 8, 45, shared=False)] == [[0, 1], [2]]  # 20 each
