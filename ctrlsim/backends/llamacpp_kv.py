@@ -85,13 +85,14 @@ class HostStash:
         self.entries: OrderedDict[tuple[int, ...], tuple[Any, int]] = OrderedDict()
         self.parked = self.restored = self.dropped = 0
 
+    def holds(self, tokens: list[int]) -> bool:
+        """Whether a parked sequence starts with `tokens` (then parking them again adds nothing)."""
+        key = tuple(tokens)
+        return any(k[:len(key)] == key for k in self.entries)
+
     def put(self, tokens: list[int], state: Any, size: int) -> None:
         """Park a sequence; parked prefixes of it go (restoring it and cutting it gives them)."""
         key = tuple(tokens)
-        longer = [k for k in self.entries if len(k) > len(key) and k[:len(key)] == key]
-        if longer:  # already parked inside a longer sequence
-            self.entries.move_to_end(longer[0])
-            return
         for held in [k for k in self.entries if key[:len(k)] == k]:
             self.bytes -= self.entries.pop(held)[1]
         if size > self.budget:
@@ -234,7 +235,7 @@ class SlotPool:
         if self.stash is None or not self.reuse:
             return
         for slot, held in enumerate(self.slots):
-            if held.tokens:
+            if held.tokens and not self.stash.holds(held.tokens):  # a restored, unchanged one is parked
                 state = self._ops.save(slot)
                 if state is not None:
                     self.stash.put(held.tokens, state, len(state))

@@ -136,16 +136,16 @@ class ParallelContext:
         return state if size and self._lib.llama_state_seq_get_data(self._ctx.ctx, state, size, seq) == size \
             else None
 
+    def load(self, seq: int, state) -> bool:
+        """Put a saved state on the (empty) sequence `seq`; False when the cache has no room for it."""
+        return self._lib.llama_state_seq_set_data(self._ctx.ctx, state, len(state), seq) == len(state)
+
     def clear(self) -> None:
         self._ctx.kv_cache_clear()
 
     def _shares_cells(self) -> bool:
         """Whether a group's members share their common prefix's cells (not when restored)."""
         return self.pool.stash is None or not self.pool.reuse
-
-    def load(self, seq: int, state) -> bool:
-        """Put a saved state on the (empty) sequence `seq`; False when the cache has no room for it."""
-        return self._lib.llama_state_seq_set_data(self._ctx.ctx, state, len(state), seq) == len(state)
 
     # ---------------------------------------------------------------- decoding
     def _decode(self, runs: list[Run], on_output: Callable[[int, int], None]) -> None:
