@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import time
 
+from ctrlsim.agents.profiles import PROFILE_SCHEMA
 from tabulate import tabulate
 
-from ctrlsim.agents.profiles import PROFILE_SCHEMA
 from ctrlsim.backends import load_llm
 
 GENRES = ["film noir", "horror", "musicals", "westerns"]
@@ -23,8 +23,8 @@ GENRES = ["film noir", "horror", "musicals", "westerns"]
 
 def main() -> None:
     llm = load_llm("qwen2.5-0.5b")
-    conversations = [[{"role": "user", "content": f"Invent a movie fan who loves {g}. Reply as JSON with "
-                                                  f"name, bio (two sentences) and interests."}] for g in GENRES]
+    ask = "Invent a movie fan who loves {}. Reply as JSON with name, bio (two sentences) and interests."
+    conversations = [[{"role": "user", "content": ask.format(g)}] for g in GENRES]
     llm.chat([[{"role": "user", "content": "Say OK."}]], max_tokens=2)  # load the weights outside the timing
     rows = []
     for name, kwargs in (("free text, sampled", {"temperature": 0.7}),

@@ -83,21 +83,23 @@ class GreedyChooser:
         """The token after batch row `index` of `context` (a ParallelContext)."""
         logits = context.logits(index, copy=False)
         token = int(np.argmax(logits))
-        if self._grammar is None:
+        grammar = self._grammar
+        if grammar is None:
             return token
-        one = self._grammar.check(np.array([token], dtype=np.int32), logits[token:token + 1])
+        one = grammar.check(np.array([token], dtype=np.int32), logits[token:token + 1])
         if not np.isfinite(one["logit"][0]):  # the argmax breaks the grammar: the best allowed one
-            token = self._best_allowed(logits)
-        self._grammar.accept(token)
+            token = self._best_allowed(grammar, logits)
+        grammar.accept(token)
         return token
 
-    def _best_allowed(self, logits: np.ndarray) -> int:
-        if SHORTLISTS[0] < self._grammar.n_vocab:
+    @staticmethod
+    def _best_allowed(grammar: GrammarCheck, logits: np.ndarray) -> int:
+        if SHORTLISTS[0] < grammar.n_vocab:
             ids = highest(logits, SHORTLISTS[0])
-            allowed = np.flatnonzero(np.isfinite(self._grammar.check(ids, logits[ids])["logit"]))
+            allowed = np.flatnonzero(np.isfinite(grammar.check(ids, logits[ids])["logit"]))
             if len(allowed):
                 return int(ids[allowed[0]])
-        return int(np.argmax(self._grammar.check_all(logits)["logit"]))
+        return int(np.argmax(grammar.check_all(logits)["logit"]))
 
     def close(self) -> None:
         if self._grammar is not None:
@@ -110,6 +112,7 @@ class SampledChooser:
     def __init__(self, lib, vocab, *, temperature: float, top_p: float, seed: int, grammar=None,
                  n_vocab: int = 0):
         self._lib = lib
+        self.grammar: GrammarCheck | None = None
         self._chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         if not self._chain:
             raise ModelError("llama.cpp could not create a sampler chain")
@@ -124,30 +127,32 @@ class SampledChooser:
             self.close()
             raise
 
-    def _allowed(self, logits: np.ndarray) -> tuple[np.ndarray, bool]:
+    @staticmethod
+    def _allowed(grammar: GrammarCheck, logits: np.ndarray) -> tuple[np.ndarray, bool]:
         """The candidates top-k would keep after the grammar; True when sorted highest first."""
         for m in SHORTLISTS:
-            if m >= self.grammar.n_vocab:
+            if m >= grammar.n_vocab:
                 break
             ids = highest(logits, m)
-            cells = self.grammar.check(ids, logits[ids])
+            cells = grammar.check(ids, logits[ids])
             allowed = np.flatnonzero(np.isfinite(cells["logit"]))
             if len(allowed) >= TOP_K:
                 kept = cells[allowed[:TOP_K]].copy()
-                self.grammar.view[:TOP_K] = kept
-                return self.grammar.view[:TOP_K], True
-        return self.grammar.check_all(logits), False
+                grammar.view[:TOP_K] = kept
+                return grammar.view[:TOP_K], True
+        return grammar.check_all(logits), False
 
     def choose(self, context, index: int) -> int:
         """Apply the chain to batch row `index` of `context`, draw, and accept the token."""
-        if self.grammar is None:
+        grammar = self.grammar
+        if grammar is None:
             return int(self._lib.llama_sampler_sample(self._chain, context.ctx, index))
-        cells, is_sorted = self._allowed(context.logits(index, copy=False))
-        array = self._lib.llama_token_data_array(data=self.grammar.cells, size=len(cells), selected=-1,
+        cells, is_sorted = self._allowed(grammar, context.logits(index, copy=False))
+        array = self._lib.llama_token_data_array(data=grammar.cells, size=len(cells), selected=-1,
                                                  sorted=is_sorted)
         self._lib.llama_sampler_apply(self._chain, ctypes.byref(array))
         token = int(array.data[array.selected].id)
-        self.grammar.accept(token)
+        grammar.accept(token)
         self._lib.llama_sampler_accept(self._chain, token)
         return token
 
@@ -155,5 +160,5 @@ class SampledChooser:
         if self._chain:
             self._lib.llama_sampler_free(self._chain)
             self._chain = None
-        if getattr(self, "grammar", None) is not None:
+        if self.grammar is not None:
             self.grammar.close()

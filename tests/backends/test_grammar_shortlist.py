@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 
 from ctrlsim.backends import llamacpp_parallel
-from ctrlsim.backends.llamacpp_sampling import (MIN_P, TOP_K, TYPICAL_P, GrammarCheck, GreedyChooser,
-                                               SampledChooser, highest)
+from ctrlsim.backends.llamacpp_sampling import (
+    MIN_P,
+    TOP_K,
+    TYPICAL_P,
+    GrammarCheck,
+    GreedyChooser,
+    SampledChooser,
+    highest,
+)
 
 pytestmark = pytest.mark.llm
 
