@@ -37,7 +37,9 @@ class GrammarCheck:
             raise ModelError("llama.cpp rejected the grammar compiled from the JSON schema")
         self.cells = (lib.llama_token_data * n_vocab)()
         self.view = np.ctypeslib.as_array(self.cells)
-        self.steps = self.full_vocab_steps = 0  # how often the short lists were not enough
+        self._all_ids = np.arange(n_vocab, dtype=np.int32)
+        self.steps = 0  # tokens accepted
+        self.full_vocab_steps = 0  # steps whose short lists held too few allowed tokens
 
     def check(self, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
         """Put (ids, logits) in the buffer's first cells, mark what the grammar forbids, return them."""
@@ -50,7 +52,21 @@ class GrammarCheck:
 
     def check_all(self, logits: np.ndarray) -> np.ndarray:
         self.full_vocab_steps += 1
-        return self.check(np.arange(self.n_vocab, dtype=np.int32), logits)
+        return self.check(self._all_ids, logits)
+
+    def highest_allowed(self, logits: np.ndarray, k: int) -> tuple[np.ndarray, bool]:
+        """The k highest-logit allowed tokens, highest first, from the short lists (True); else the
+        whole vocabulary with what the grammar forbids marked (False)."""
+        for m in SHORTLISTS:
+            if m >= self.n_vocab:
+                break
+            ids = highest(logits, m)
+            cells = self.check(ids, logits[ids])
+            allowed = np.flatnonzero(np.isfinite(cells["logit"]))
+            if len(allowed) >= k:
+                self.view[:k] = cells[allowed[:k]].copy()
+                return self.view[:k], True
+        return self.check_all(logits), False
 
     def accept(self, token: int) -> None:
         self.steps += 1
@@ -88,18 +104,10 @@ class GreedyChooser:
             return token
         one = grammar.check(np.array([token], dtype=np.int32), logits[token:token + 1])
         if not np.isfinite(one["logit"][0]):  # the argmax breaks the grammar: the best allowed one
-            token = self._best_allowed(grammar, logits)
+            cells, first = grammar.highest_allowed(logits, 1)
+            token = int(cells["id"][0] if first else np.argmax(cells["logit"]))
         grammar.accept(token)
         return token
-
-    @staticmethod
-    def _best_allowed(grammar: GrammarCheck, logits: np.ndarray) -> int:
-        if SHORTLISTS[0] < grammar.n_vocab:
-            ids = highest(logits, SHORTLISTS[0])
-            allowed = np.flatnonzero(np.isfinite(grammar.check(ids, logits[ids])["logit"]))
-            if len(allowed):
-                return int(ids[allowed[0]])
-        return int(np.argmax(grammar.check_all(logits)["logit"]))
 
     def close(self) -> None:
         if self._grammar is not None:
@@ -127,27 +135,12 @@ class SampledChooser:
             self.close()
             raise
 
-    @staticmethod
-    def _allowed(grammar: GrammarCheck, logits: np.ndarray) -> tuple[np.ndarray, bool]:
-        """The candidates top-k would keep after the grammar; True when sorted highest first."""
-        for m in SHORTLISTS:
-            if m >= grammar.n_vocab:
-                break
-            ids = highest(logits, m)
-            cells = grammar.check(ids, logits[ids])
-            allowed = np.flatnonzero(np.isfinite(cells["logit"]))
-            if len(allowed) >= TOP_K:
-                kept = cells[allowed[:TOP_K]].copy()
-                grammar.view[:TOP_K] = kept
-                return grammar.view[:TOP_K], True
-        return grammar.check_all(logits), False
-
     def choose(self, context, index: int) -> int:
         """Apply the chain to batch row `index` of `context`, draw, and accept the token."""
         grammar = self.grammar
         if grammar is None:
             return int(self._lib.llama_sampler_sample(self._chain, context.ctx, index))
-        cells, is_sorted = self._allowed(grammar, context.logits(index, copy=False))
+        cells, is_sorted = grammar.highest_allowed(context.logits(index, copy=False), TOP_K)
         array = self._lib.llama_token_data_array(data=grammar.cells, size=len(cells), selected=-1,
                                                  sorted=is_sorted)
         self._lib.llama_sampler_apply(self._chain, ctypes.byref(array))
