@@ -61,7 +61,8 @@ class LlamaCppLLM(LLM):
     def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
                  n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
                  parallel_ctx: int | None = None, n_gpu_layers: int = 0, kv_reuse: bool = False,
-                 kv_slots: int | None = None, flash_attn: bool = False, kv_host_mb: int = 2048, **kwargs):
+                 kv_slots: int | None = None, flash_attn: bool = False, kv_host_mb: int = 2048,
+                 kv_streams: bool = False, **kwargs):
         if importlib.util.find_spec("llama_cpp") is None:  # reported now; imported on the first call
             raise MissingDependencyError("llama_cpp", "llm", "GGUF models")
         model_path = Path(model_path)
@@ -96,6 +97,9 @@ class LlamaCppLLM(LLM):
         # memory instead of the KV cache, where every decode would scan their cells.
         self.kv_host_mb = kv_host_mb
         self.kv_slots = kv_slots
+        # One KV stream of n_ctx cells per parallel sequence instead of one unified cache: a token
+        # attends only over its own sequence (docs/performance.md, "Separate KV streams").
+        self.kv_streams = kv_streams
         self._parallel = None  # the ParallelContext, created on first parallel use
         # What is open, in the order it was opened; closed by `close()` or, at the latest, at interpreter
         # exit while llama_cpp's module is still intact (its own __del__ then would find it half torn down).
@@ -109,7 +113,8 @@ class LlamaCppLLM(LLM):
         return {**super().identity, "path": str(self.model_path), "sha256": self.sha256,
                 "threads": self.n_threads, "gpu_layers": self.n_gpu_layers,
                 # Named only when on, so records and cache keys of runs made with it off stay as they were.
-                **({"flash_attn": True} if self.flash_attn else {})}
+                **({"flash_attn": True} if self.flash_attn else {}),
+                **({"kv_streams": True} if self.kv_streams else {})}
 
     def cache_identity(self) -> str:
         flash = ":flash" if self.flash_attn else ""  # its replies differ from those without, by rounding
@@ -160,17 +165,25 @@ class LlamaCppLLM(LLM):
         from ctrlsim.backends.llamacpp_parallel import ParallelContext
 
         llm = self._llm
-        slots = self.kv_slots or min(MAX_SEQUENCES, 4 * self.n_parallel + 1)
-        wanted = (self.n_parallel, slots)
-        if self._parallel is None or (self._parallel.workers, self._parallel.n_seq) != wanted:
+        streams = self.kv_streams
+        if streams and self.n_parallel + 1 > MAX_SEQUENCES:
+            raise ConfigError(f"kv_streams gives every parallel sequence a stream: n_parallel must be at "
+                              f"most {MAX_SEQUENCES - 1}, got {self.n_parallel}")
+        unified_slots = self.kv_slots or min(MAX_SEQUENCES, 4 * self.n_parallel + 1)
+        slots = self.n_parallel + 1 if streams else unified_slots
+        wanted = (self.n_parallel, slots, streams)
+        current = self._parallel and (self._parallel.workers, self._parallel.n_seq, self._parallel.streams)
+        if self._parallel is None or current != wanted:
             if self._parallel is not None:
                 self._sequential_evaluated += self._parallel.evaluated_tokens
                 self._open.remove(self._parallel)
                 self._parallel.close()
+            # Streams: each holds one sequence, so each gets the sequential context's size.
             self._parallel = ParallelContext(llm, n_seq=slots, workers=self.n_parallel,
-                                             n_ctx=self.parallel_ctx, n_batch=max(self.n_batch, 512),
-                                             n_threads=self.n_threads, reuse=self.kv_reuse,
-                                             host_bytes=self.kv_host_mb << 20)
+                                             n_ctx=self.n_ctx if streams else self.parallel_ctx,
+                                             n_batch=max(self.n_batch, 512), n_threads=self.n_threads,
+                                             reuse=self.kv_reuse, host_bytes=self.kv_host_mb << 20,
+                                             streams=streams)
             self._open.append(self._parallel)
         pool = self._parallel.pool
         pool.reuse = self.kv_reuse

@@ -10,6 +10,8 @@ The prompts' own tokens, and then every reply's next token, go through one `llam
 decode step. A batch with more prompts than worker sequences, or more tokens than the KV
 cache holds, is split into groups that run one after another. With a host stash, the cache
 holds only what the group being placed starts from; the rest waits in host memory (`llamacpp_kv`).
+With `streams`, every sequence has a KV stream of its own (`kv_unified = false`), so a token
+attends only over its own sequence's cells (`llamacpp_streams`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from ctrlsim.backends.llamacpp_kv import CapacityError, HostStash, Placement, SlotPool, common_prefix
 from ctrlsim.backends.llamacpp_sampling import GreedyChooser, SampledChooser
+from ctrlsim.backends.llamacpp_streams import StreamPool
 from ctrlsim.errors import ModelError
 
 
@@ -86,14 +89,21 @@ class Reply:
 class ParallelContext:
     """A second llama.cpp context on an already loaded model: `n_seq` sequences, `workers` decoded
     together, and what they hold kept between calls for prefix reuse (`reuse=False`: every call
-    starts from an empty cache)."""
+    starts from an empty cache).
+
+    With `streams`, the context has `workers + 1` KV streams of `n_ctx` cells each (one per decoding
+    sequence, one scratch stream for shared prefixes) instead of one unified cache, and `n_seq` is
+    ignored."""
 
     def __init__(self, llama, *, n_seq: int, workers: int, n_ctx: int, n_batch: int, n_threads: int,
-                 reuse: bool = True, host_bytes: int = 0):
+                 reuse: bool = True, host_bytes: int = 0, streams: bool = False):
         import llama_cpp
         from llama_cpp import _internals
 
-        if workers < 1 or n_seq < 2 * workers + 1:
+        per_stream = n_ctx
+        if streams:
+            n_seq, n_ctx = workers + 1, n_ctx * (workers + 1)
+        if workers < 1 or (not streams and n_seq < 2 * workers + 1):
             raise ModelError(f"a parallel context for {workers} workers needs at least {2 * workers + 1} "
                              f"sequences (each prompt's own, its source, one shared prefix), got {n_seq}")
         self._lib = llama_cpp
@@ -103,7 +113,9 @@ class ParallelContext:
         params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, n_batch, min(n_batch, 512)
         params.n_seq_max = n_seq
         params.n_threads = params.n_threads_batch = n_threads
-        params.kv_unified = True  # all sequences share one pool of cells, so copied prefixes cost nothing
+        # Unified: all sequences share one pool of cells, so copied prefixes cost nothing. Streams:
+        # each sequence attends only over its own cells.
+        params.kv_unified = not streams
         params.no_perf = True
         try:
             self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
@@ -113,8 +125,11 @@ class ParallelContext:
         self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         self.n_seq, self.workers, self.n_ctx, self.n_batch = n_seq, workers, n_ctx, n_batch
         self.n_vocab = llama.n_vocab()
-        self.pool = SlotPool(self, n_slots=n_seq, capacity=n_ctx, reuse=reuse,
-                             stash=HostStash(host_bytes) if host_bytes > 0 else None)
+        self.streams = streams
+        stash = HostStash(host_bytes) if host_bytes > 0 else None
+        self.pool: SlotPool | StreamPool = (
+            StreamPool(self, workers=workers, per_slot=per_stream, reuse=reuse, stash=stash) if streams
+            else SlotPool(self, n_slots=n_seq, capacity=n_ctx, reuse=reuse, stash=stash))
         self.evaluated_tokens = 0
 
     @property
@@ -144,8 +159,14 @@ class ParallelContext:
         self._ctx.kv_cache_clear()
 
     def _shares_cells(self) -> bool:
-        """Whether a group's members share their common prefix's cells (not when restored)."""
-        return self.pool.stash is None or not self.pool.reuse
+        """Whether a group's members share their common prefix's cells (not when restored, nor
+        across streams)."""
+        return not self.streams and (self.pool.stash is None or not self.pool.reuse)
+
+    def _capacity(self) -> int:
+        """Cells a group may need together: unified, the cache; streams, no joint limit (each
+        prompt must fit its own stream, which `StreamPool.place` checks)."""
+        return self.n_ctx if not self.streams else 1 << 62
 
     # ---------------------------------------------------------------- decoding
     def _decode(self, runs: list[Run], on_output: Callable[[int, int], None]) -> None:
@@ -158,6 +179,8 @@ class ParallelContext:
         batch = self._batch.batch
         n = 0
         pending: list[tuple[int, int]] = []
+        if self.streams:  # llama.cpp slices a batch wherever the streams in it are not consecutive
+            runs = sorted(runs, key=lambda run: run.seq)
 
         def flush() -> None:
             nonlocal n, pending
@@ -211,10 +234,10 @@ class ParallelContext:
                     slot, start, tokens = task
                     self._decode([Run(slot, tokens, start)], lambda key, index: None)
                 return self.pool.place(prompts, [reserve[i] for i in group.members])
-            except CapacityError:
+            except CapacityError as exc:
                 if attempt == 2:
                     raise ModelError(f"a group of {len(prompts)} prompts does not fit the KV cache of "
-                                     f"{self.n_ctx} cells") from None
+                                     f"{self.n_ctx} cells: {exc}") from None
                 self.reset(parked=False)
         raise AssertionError("unreachable")
 
@@ -227,7 +250,7 @@ class ParallelContext:
             out[key] = self.logits(index)
 
         self.pool.begin_call()
-        for group in plan_groups(token_lists, self.workers, self.n_ctx, shared=self._shares_cells()):
+        for group in plan_groups(token_lists, self.workers, self._capacity(), shared=self._shares_cells()):
             places = self._place(token_lists, group, [0] * len(token_lists))
             self._decode([Run(p.slot, token_lists[i][p.start:], p.start, key=i)
                           for i, p in zip(group.members, places)], keep)
@@ -245,11 +268,14 @@ class ParallelContext:
         `Llama.create_completion`.
         """
         replies = [Reply() for _ in token_lists]
+        if isinstance(self.pool, StreamPool):  # a stream holds one sequence: a reply gets the rest of it,
+            limits = [min(limit, self.pool.per_slot - len(tokens))  # as create_completion caps max_tokens
+                      for limit, tokens in zip(limits, token_lists)]
         stops = [s.encode("utf-8") for s in stop]
         seeds = seeds if seeds is not None else [0] * len(token_lists)
         vocab = self._llama._model.vocab
         self.pool.begin_call()
-        for group in plan_groups(token_lists, self.workers, self.n_ctx, reserve=limits,
+        for group in plan_groups(token_lists, self.workers, self._capacity(), reserve=limits,
                                  shared=self._shares_cells()):
             choosers: dict[int, GreedyChooser | SampledChooser] = {}
             chosen: dict[int, int] = {}
@@ -268,20 +294,26 @@ class ParallelContext:
                               for i, p in zip(group.members, places)], choose)
                 active = list(group.members)
                 while active:
-                    runs, unfinished = [], []
+                    tokens = {i: chosen.pop(i) for i in active}
                     for i in active:
-                        token = chosen.pop(i)
-                        self._advance(replies[i], token, token_lists[i], limits[i], stops)
-                        if not replies[i].done:
-                            position = len(token_lists[i]) + len(replies[i].tokens) - 1
-                            runs.append(Run(slot[i], [token], position, key=i))
-                            unfinished.append(i)
-                    active = unfinished
-                    self._decode(runs, choose)
+                        self._advance(replies[i], tokens[i], token_lists[i], limits[i], stops)
+                    active = [i for i in active if not replies[i].done]
+                    if self.streams and active:
+                        self._compact(slot, active)
+                    self._decode([Run(slot[i], [tokens[i]], len(token_lists[i]) + len(replies[i].tokens) - 1,
+                                      key=i) for i in active], choose)
             finally:
                 for chooser in choosers.values():
                     chooser.close()
         return replies
+
+    def _compact(self, slot: dict[int, int], active: list[int]) -> None:
+        """Streams: move the still decoding sequences onto consecutive streams (a whole-buffer copy,
+        milliseconds, where a gap would cost every later step one more pass over the weights)."""
+        assert isinstance(self.pool, StreamPool)
+        moves = self.pool.compact([slot[i] for i in active])
+        for i in active:
+            slot[i] = moves.get(slot[i], slot[i])
 
     def _advance(self, reply: Reply, token: int, prompt: list[int], limit: int, stops: list[bytes]) -> None:
         """One sampled token, with create_completion's end-of-generation, stop-string and length rules."""

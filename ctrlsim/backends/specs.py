@@ -82,6 +82,14 @@ def default_kv_host_mb() -> int:
     return _env_int("CTRLSIM_KV_HOST_MB", 2048, 0, ">= 0")
 
 
+def default_kv_streams() -> bool:
+    """Whether llama.cpp gives every parallel sequence a KV stream of its own: $CTRLSIM_KV_STREAMS
+    (1; or 0, the default: one unified cache). With streams a token attends only over its own
+    sequence's cells; batches are sliced differently, so logits move by batching noise, and it
+    stays off unless asked for."""
+    return _env_flag("CTRLSIM_KV_STREAMS", False)
+
+
 def default_parallel() -> int:
     """Sequences llama.cpp decodes side by side: $CTRLSIM_N_PARALLEL (default 16; 1 gives the
     sequential paths, every reply from a fresh KV cache whatever else the batch holds)."""
@@ -123,6 +131,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
         options.setdefault("n_parallel", default_parallel())
         options.setdefault("flash_attn", default_flash_attn())
         options.setdefault("kv_host_mb", default_kv_host_mb())
+        options.setdefault("kv_streams", default_kv_streams())
 
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,

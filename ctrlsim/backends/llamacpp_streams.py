@@ -1,0 +1,182 @@
+"""Which tokens each KV stream of a llama.cpp context holds, when every sequence has a stream of its own.
+
+In a unified KV cache (`llamacpp_kv.SlotPool`) every decode attends over all occupied cells,
+masked per sequence, so 16 conversations of 1,000 tokens make every token's attention visit
+16,000 cells. With `kv_unified = false` (llama.cpp's server runs its slots this way) a context
+has one stream of cells per sequence id and a token attends only over its own stream. What that
+changes for the bookkeeping:
+
+- A stream holds one sequence of at most `per_slot` cells; no cells are shared, so there is no
+  budget to evict for, and a group of prompts fits whenever each prompt does.
+- Streams `0 .. workers - 1` hold the prompts being decoded, member *i* of a group on stream *i*
+  (llama.cpp splits a batch wherever the sequence ids in it are not consecutive, so the decoding
+  sequences must sit on consecutive streams; `compact` moves them down when some finish early).
+  Stream `workers` is the scratch stream: a prefix that several prompts share is evaluated there
+  once and copied whole to each of them (`llama_memory_seq_cp` across streams copies the buffer;
+  the copy is then cut to the prefix).
+- With reuse and a `HostStash`, sequences wait in host memory between groups and calls: before
+  a group is placed every stream is parked, and each member is restored from the parked sequence
+  sharing its longest prefix (or copied from the scratch stream, whichever holds more).
+
+This module is bookkeeping only; the llama.cpp calls go through `llamacpp_kv.KVOps`.
+"""
+from __future__ import annotations
+
+from ctrlsim.backends.llamacpp_kv import CapacityError, HostStash, KVOps, Placement, Slot, common_prefix
+
+WHOLE = -1  # llama.cpp copies across streams only whole buffers: positions [-1, -1)
+
+
+class StreamPool:
+    """`workers` member streams and one scratch stream of `per_slot` cells each."""
+
+    def __init__(self, ops: KVOps, *, workers: int, per_slot: int, reuse: bool = True,
+                 stash: HostStash | None = None):
+        self._ops, self.per_slot, self.reuse, self.stash = ops, per_slot, reuse, stash
+        self.workers = workers
+        self.scratch = workers
+        self.slots = [Slot() for _ in range(workers + 1)]
+        self._tick = 0
+        self.evictions = 0  # nothing is evicted for room here; kept for the pools' common interface
+        self.moves = 0  # sequences moved down to close a gap between decoding streams
+
+    # ------------------------------------------------------------ bookkeeping
+    def used_cells(self) -> int:
+        return sum(len(s.tokens) for s in self.slots)
+
+    def begin_call(self) -> None:
+        """A new `chat`/`rate` call: with reuse off, nothing from earlier calls is kept."""
+        self._tick += 1
+        if not self.reuse:
+            self.clear()
+
+    def clear(self) -> None:
+        for slot in range(len(self.slots)):
+            self._drop(slot)
+
+    def forget(self, *, parked: bool = True) -> None:
+        """Forget every stream (after the caller cleared the whole cache) and, unless `parked` is
+        False, every parked sequence."""
+        self.slots = [Slot() for _ in self.slots]
+        if parked and self.stash is not None:
+            self.stash.clear()
+
+    def extend(self, slot: int, tokens: list[int]) -> None:
+        held = self.slots[slot]
+        held.tokens = held.tokens + list(tokens)
+        held.last_used = self._tick
+
+    def _drop(self, slot: int, keep: int = 0) -> None:
+        held = self.slots[slot]
+        if len(held.tokens) > keep:
+            self._ops.seq_rm(slot, keep, -1)
+            held.tokens = held.tokens[:keep]
+
+    def _copy(self, src: int, dst: int, length: int) -> None:
+        """Stream `dst` becomes the first `length` tokens of stream `src`."""
+        self._ops.seq_cp(src, dst, WHOLE, WHOLE)
+        self.slots[dst] = Slot(list(self.slots[src].tokens), last_used=self._tick)
+        self._drop(dst, length)
+
+    def _park(self, slot: int) -> None:
+        held = self.slots[slot]
+        if self.stash is not None and self.reuse and held.tokens and not self.stash.holds(held.tokens):
+            state = self._ops.save(slot)
+            if state is not None:
+                self.stash.put(held.tokens, state, len(state))
+
+    def _restore(self, slot: int, key: tuple[int, ...], length: int) -> bool:
+        """Stream `slot` (empty) gets the parked sequence `key`, cut to `length` tokens."""
+        assert self.stash is not None
+        if not self._ops.load(slot, self.stash.get(key)):
+            self._ops.seq_rm(slot, 0, -1)
+            self.stash.discard(key)
+            return False
+        self.stash.restored += 1
+        self.slots[slot] = Slot(list(key), last_used=self._tick)
+        self._drop(slot, length)
+        return True
+
+    def _parked_prefix(self, tokens: list[int], limit: int) -> tuple[int, tuple[int, ...] | None]:
+        if self.stash is None or not self.reuse:
+            return 0, None
+        return self.stash.best(tokens, limit=limit)
+
+    # ------------------------------------------------------------- placement
+    def prepare(self, prompts: list[list[int]]) -> None:
+        """Empty the member streams for a new group, parking what they hold first (with a stash and
+        reuse on). The scratch stream keeps its shared prefix for later groups."""
+        for slot in range(self.workers):
+            self._park(slot)
+            self._drop(slot)
+
+    def shared_prefix_task(self, prompts: list[list[int]]) -> tuple[int, int, list[int]] | None:
+        """(scratch stream, start, tokens) to decode first when 2+ prompts share a prefix that
+        neither the scratch stream nor the stash holds; each of them then copies it."""
+        if len(prompts) < 2:
+            return None
+        ordered = sorted(prompts)
+        shared = min(common_prefix(ordered[0], ordered[-1]), min(len(p) for p in prompts) - 1)
+        if shared <= 0:
+            return None
+        scratch = self.slots[self.scratch].tokens
+        have = [max(min(common_prefix(scratch, p), len(p) - 1), self._parked_prefix(p, len(p) - 1)[0])
+                for p in prompts]
+        if sum(1 for length in have if length < shared) < 2:
+            return None
+        prefix = ordered[0][:shared]
+        start = common_prefix(scratch, prefix)
+        parked, key = self._parked_prefix(prefix, shared)
+        if parked > start and key is not None:
+            self._drop(self.scratch)
+            start = parked if self._restore(self.scratch, key, parked) else 0
+        else:
+            self._drop(self.scratch, start)
+        self.slots[self.scratch].last_used = self._tick
+        return self.scratch, start, prefix[start:]
+
+    def place(self, prompts: list[list[int]], reserve: list[int]) -> list[Placement]:
+        """Member streams for the prompts, the longest remaining suffix on stream 0 (llama.cpp
+        evaluates a prompt batch in slices of equal length per stream, so the streams still going
+        after the short ones end stay consecutive), each started from the longest prefix the
+        scratch stream or the stash holds."""
+        if len(prompts) > self.workers:
+            raise CapacityError(f"{len(prompts)} prompts for {self.workers} streams")
+        for prompt, extra in zip(prompts, reserve):
+            if len(prompt) + extra > self.per_slot:
+                raise CapacityError(f"a prompt of {len(prompt)} tokens with {extra} to generate does not fit "
+                                    f"a stream of {self.per_slot} cells")
+        scratch = self.slots[self.scratch].tokens
+        found = []
+        for prompt in prompts:
+            from_scratch = min(common_prefix(scratch, prompt), len(prompt) - 1)
+            parked, key = self._parked_prefix(prompt, len(prompt) - 1)
+            found.append((parked, key) if parked > from_scratch else (from_scratch, None))
+        order = sorted(range(len(prompts)), key=lambda i: (-(len(prompts[i]) - found[i][0]), i))
+        starts: dict[int, int] = {}
+        for slot, i in enumerate(order):
+            length, key = found[i]
+            if key is not None and not self._restore(slot, key, length):
+                length = min(common_prefix(scratch, prompts[i]), len(prompts[i]) - 1)
+                key = None
+            if key is None and length > 0:
+                self._copy(self.scratch, slot, length)
+            self.slots[slot].last_used = self._tick
+            starts[i] = length if key is not None or length > 0 else 0
+        return [Placement(order.index(i), starts[i]) for i in range(len(prompts))]
+
+    def compact(self, streams: list[int]) -> dict[int, int]:
+        """Moves that put the decoding `streams` on 0 .. n-1 (llama.cpp splits a batch at every gap
+        in the sequence ids, and each slice reads all the weights again): {old: new}. A finished
+        sequence whose stream is taken is parked first."""
+        n = len(streams)
+        free = sorted(set(range(n)) - set(streams))
+        movers = sorted(s for s in streams if s >= n)
+        moves = dict(zip(movers, free))
+        for src, dst in moves.items():
+            self._park(dst)
+            self._drop(dst)
+            self._copy(src, dst, len(self.slots[src].tokens))
+            self._drop(src)
+            self.moves += 1
+        return moves
