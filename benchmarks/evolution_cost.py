@@ -73,7 +73,8 @@ def measure(args) -> tuple[dict, dict]:
         eval_conversation=args.conversation,
     )
     out = Path(args.out or tempfile.mkdtemp(prefix="evolution-cost-"))
-    result = run_evolve(config, RunOptions(out=str(out), overwrite=True), show_progress=True)
+    options = RunOptions(out=str(out), overwrite=not args.resume, allow_code_change=args.resume)
+    result = run_evolve(config, options, show_progress=True)
     phases = dict(result["phases"])
     evaluation = result["evaluation"]
     if evaluation:
@@ -176,6 +177,10 @@ def main() -> None:
                         help="probe prompts in the loop's and the evaluation's rounds")
     parser.add_argument("--out", default=None, help="run folder (default: a fresh temporary folder)")
     parser.add_argument("--from-run", default=None, help="report an existing run folder instead of running")
+    parser.add_argument("--resume", action="store_true",
+                        help="resume the run folder --out from its last finished phase (the phases it "
+                             "already holds keep the times measured then; a code change is allowed and "
+                             "recorded in its provenance.jsonl)")
     parser.add_argument("--basis", default="auto", choices=["auto", "cpu", "wall"],
                         help="seconds per call from CPU time or wall time (auto: CPU time for one "
                              "llama.cpp thread, wall time for more; measure wall time on an idle machine)")

@@ -52,13 +52,19 @@ def _import_llama_cpp():
 
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context can hold
+# Default prompt-plus-reply limit of one conversation: a merge of a large cluster at the paper's size
+# (100 -> 50 -> 25 probes) has prompts past 4,096 tokens. The bundled models train on 8k (SmolLM2)
+# and 32k (Qwen2.5) contexts.
+DEFAULT_N_CTX = 8192
+# Default KV cells of the unified parallel context, shared by all its sequences.
+PARALLEL_CELLS = 16384
 
 
 class LlamaCppLLM(LLM):
     runtime = "llama.cpp"
     supports_json_schema = True  # llama.cpp compiles a JSON Schema into a GBNF grammar
 
-    def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = 4096,
+    def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = DEFAULT_N_CTX,
                  n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
                  parallel_ctx: int | None = None, n_gpu_layers: int = 0, kv_reuse: bool = False,
                  kv_slots: int | None = None, flash_attn: bool = False, kv_host_mb: int = 2048,
@@ -85,7 +91,7 @@ class LlamaCppLLM(LLM):
         self.n_gpu_layers = n_gpu_layers  # -1: every layer on the GPU (needs a GPU build of llama.cpp)
         # Cells for all parallel sequences together, cached prefixes included; never less than one
         # full sequential context.
-        self.parallel_ctx = max(parallel_ctx or 4 * n_ctx, n_ctx)
+        self.parallel_ctx = max(parallel_ctx or PARALLEL_CELLS, n_ctx)
         # Keep what the sequences hold between calls (off by default, see docs/performance.md):
         # append-mode probe rounds gain from it.
         self.kv_reuse = kv_reuse
@@ -207,7 +213,7 @@ class LlamaCppLLM(LLM):
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
         if len(tokens) >= self.n_ctx:
             raise PromptTooLongError(f"prompt of {len(tokens)} tokens does not fit the context of "
-                                     f"{self.n_ctx}; raise n_ctx or shorten the prompt")
+                                     f"{self.n_ctx}; raise n_ctx ($CTRLSIM_N_CTX) or shorten the prompt")
         return tokens
 
     def grammar_for(self, schema_text: str):

@@ -268,9 +268,6 @@ class ParallelContext:
         `Llama.create_completion`.
         """
         replies = [Reply() for _ in token_lists]
-        if isinstance(self.pool, StreamPool):  # a stream holds one sequence: a reply gets the rest of it,
-            limits = [min(limit, self.pool.per_slot - len(tokens))  # as create_completion caps max_tokens
-                      for limit, tokens in zip(limits, token_lists)]
         stops = [s.encode("utf-8") for s in stop]
         seeds = seeds if seeds is not None else [0] * len(token_lists)
         vocab = self._llama._model.vocab

@@ -10,7 +10,12 @@ A grammar is checked on a short list of the highest logits first, not on the who
 (151,936 tokens for Qwen2.5, most of a step's time when every candidate is checked). Both give
 the same token: after the grammar, top-k keeps the k highest-logit allowed tokens, so when the
 short list holds k allowed tokens those are the ones, and the rest of the chain sees them in the
-same (descending) order. When fewer pass, the whole vocabulary is checked, as llama.cpp does.
+same (descending) order. With top-p off (the default), a short list with fewer than k allowed
+tokens also settles the step when every token left out of it lies below the chain's min-p cut
+(min_p 0.05: more than ln 20 below the best allowed logit): min-p would remove each of them, so
+the chain keeps the same tokens in the same order. This is what makes a schema with a long enum
+cheap (the merge's behaviour ids: at a digit only a few tokens are allowed). Otherwise the whole
+vocabulary is checked, as llama.cpp does.
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from ctrlsim.errors import ModelError
 TOP_K, TYPICAL_P, MIN_P = 40, 1.0, 0.05
 # Short lists of highest-logit tokens the grammar checks before the whole vocabulary.
 SHORTLISTS = (128, 2048)
+# Slack at the min-p window's edge (llama.cpp computes max_logit + logf(min_p) in float32).
+WINDOW_MARGIN = 1e-3
 
 
 class GrammarCheck:
@@ -40,6 +47,7 @@ class GrammarCheck:
         self._all_ids = np.arange(n_vocab, dtype=np.int32)
         self.steps = 0  # tokens accepted
         self.full_vocab_steps = 0  # steps whose short lists held too few allowed tokens
+        self.window_steps = 0  # steps a short list settled by the min-p window (fewer than k allowed)
 
     def check(self, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
         """Put (ids, logits) in the buffer's first cells, mark what the grammar forbids, return them."""
@@ -54,9 +62,15 @@ class GrammarCheck:
         self.full_vocab_steps += 1
         return self.check(self._all_ids, logits)
 
-    def highest_allowed(self, logits: np.ndarray, k: int) -> tuple[np.ndarray, bool]:
+    def highest_allowed(self, logits: np.ndarray, k: int,
+                        window: float | None = None) -> tuple[np.ndarray, bool]:
         """The k highest-logit allowed tokens, highest first, from the short lists (True); else the
-        whole vocabulary with what the grammar forbids marked (False)."""
+        whole vocabulary with what the grammar forbids marked (False).
+
+        `window` (ln of the chain's min-p): a short list also settles the step when it holds fewer
+        than k allowed tokens but every token left out of it lies more than the window below the
+        best allowed one: min-p then removes each of them, allowed or not, so the short list's
+        allowed tokens are all the chain can draw from (returned highest first)."""
         for m in SHORTLISTS:
             if m >= self.n_vocab:
                 break
@@ -66,6 +80,13 @@ class GrammarCheck:
             if len(allowed) >= k:
                 self.view[:k] = cells[allowed[:k]].copy()
                 return self.view[:k], True
+            # ids are highest first, so the last one is the highest logit left out of the list.
+            if window is not None and len(allowed) and \
+                    float(logits[ids[-1]]) < float(cells["logit"][allowed[0]]) + window - WINDOW_MARGIN:
+                n = len(allowed)
+                self.view[:n] = cells[allowed].copy()
+                self.window_steps += 1
+                return self.view[:n], True
         return self.check_all(logits), False
 
     def accept(self, token: int) -> None:
@@ -121,6 +142,9 @@ class SampledChooser:
                  n_vocab: int = 0):
         self._lib = lib
         self.grammar: GrammarCheck | None = None
+        # With top-p and typical-p off (>= 1: no-ops in llama.cpp), min-p alone decides which of the
+        # top-k the chain can draw, so a short list may settle a step with fewer than k allowed.
+        self._window = float(np.log(MIN_P)) if top_p >= 1.0 and TYPICAL_P >= 1.0 else None
         self._chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         if not self._chain:
             raise ModelError("llama.cpp could not create a sampler chain")
@@ -140,7 +164,7 @@ class SampledChooser:
         grammar = self.grammar
         if grammar is None:
             return int(self._lib.llama_sampler_sample(self._chain, context.ctx, index))
-        cells, is_sorted = grammar.highest_allowed(context.logits(index, copy=False), TOP_K)
+        cells, is_sorted = grammar.highest_allowed(context.logits(index, copy=False), TOP_K, self._window)
         array = self._lib.llama_token_data_array(data=grammar.cells, size=len(cells), selected=-1,
                                                  sorted=is_sorted)
         self._lib.llama_sampler_apply(self._chain, ctypes.byref(array))

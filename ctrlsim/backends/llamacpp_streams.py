@@ -162,7 +162,7 @@ class StreamPool:
             if key is None and length > 0:
                 self._copy(self.scratch, slot, length)
             self.slots[slot].last_used = self._tick
-            starts[i] = length if key is not None or length > 0 else 0
+            starts[i] = length
         return [Placement(order.index(i), starts[i]) for i in range(len(prompts))]
 
     def compact(self, streams: list[int]) -> dict[int, int]:

@@ -82,6 +82,14 @@ def default_kv_host_mb() -> int:
     return _env_int("CTRLSIM_KV_HOST_MB", 2048, 0, ">= 0")
 
 
+def default_n_ctx() -> int:
+    """Tokens one llama.cpp conversation may hold, prompt and reply: $CTRLSIM_N_CTX (default
+    `llamacpp.DEFAULT_N_CTX`)."""
+    from ctrlsim.backends.llamacpp import DEFAULT_N_CTX
+
+    return _env_int("CTRLSIM_N_CTX", DEFAULT_N_CTX, 256, ">= 256")
+
+
 def default_kv_streams() -> bool:
     """Whether llama.cpp gives every parallel sequence a KV stream of its own: $CTRLSIM_KV_STREAMS
     (1; or 0, the default: one unified cache). With streams a token attends only over its own
@@ -132,6 +140,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
         options.setdefault("flash_attn", default_flash_attn())
         options.setdefault("kv_host_mb", default_kv_host_mb())
         options.setdefault("kv_streams", default_kv_streams())
+        options.setdefault("n_ctx", default_n_ctx())
 
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,

@@ -62,7 +62,7 @@ def conversations(n):
                                          f"and interests."}] for t in topics[:n]]
 
 
-def sample(llm, monkeypatch, chooser, convs, schema, seeds, max_tokens):
+def sample(llm, monkeypatch, chooser, convs, schema, seeds, max_tokens, top_p=0.95):
     made = []
 
     def record(*args, **kwargs):
@@ -71,7 +71,7 @@ def sample(llm, monkeypatch, chooser, convs, schema, seeds, max_tokens):
 
     monkeypatch.setattr(llamacpp_parallel, "SampledChooser", record)
     llm.reset_kv()
-    replies = llm.chat(convs, max_tokens=max_tokens, temperature=0.9, top_p=0.95, seed=seeds,
+    replies = llm.chat(convs, max_tokens=max_tokens, temperature=0.9, top_p=top_p, seed=seeds,
                        json_schema=schema)
     return [r.text for r in replies], made
 
@@ -109,6 +109,37 @@ def test_a_grammar_allowing_few_tokens_falls_back_to_the_whole_vocabulary(smol, 
     assert sum(c.grammar.full_vocab_steps for c in choosers) > 0
     for text in fast:
         jsonschema.validate(json.loads(text), CHOICE)
+
+
+# The merge's reply: behaviour ids from a long enum (at a digit only a few tokens are allowed).
+ITEM_IDS = sorted({str(n) for n in range(1, 1683, 7)})
+BEHAVIOUR = {"type": "object",
+             "properties": {"name": {"type": "string", "maxLength": 40},
+                            "behaviour": {"type": "array", "items": {"type": "string", "enum": ITEM_IDS},
+                                          "maxItems": 12}},
+             "required": ["name", "behaviour"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("model", ["smol", "qwen05"])
+def test_with_top_p_off_the_min_p_window_settles_steps_and_draws_what_the_full_chain_draws(
+        model, request, monkeypatch):
+    """Top-p 1 (what the merges use): fewer than k allowed tokens in a short list settle the step
+    when everything left out lies below min-p's cut; the draws stay llama.cpp's own."""
+    llm = request.getfixturevalue(model)
+    convs = [[{"role": "user", "content": f"Invent a {t} fan and list the ids of 8 films they liked, "
+                                          f"as JSON with a name and behaviour."}] for t in ("noir", "horror")]
+    for schema, seeds in ((BEHAVIOUR, [7, 8]), (CHOICE, [1, 2])):
+        fast, choosers = sample(llm, monkeypatch, SampledChooser, convs, schema, seeds, 64, top_p=1.0)
+        reference, _ = sample(llm, monkeypatch, FullVocabularyChain, convs, schema, seeds, 64, top_p=1.0)
+        assert fast == reference
+        window = sum(c.grammar.window_steps for c in choosers)
+        assert window > 0 and sum(c.grammar.full_vocab_steps for c in choosers) < window
+
+
+def test_the_window_is_off_when_top_p_is_on(smol, monkeypatch):
+    """With top-p < 1 the kept set depends on every allowed token of the top k, so no window."""
+    _, choosers = sample(smol, monkeypatch, SampledChooser, conversations(2), BEHAVIOUR, [1, 2], 32)
+    assert sum(c.grammar.window_steps for c in choosers) == 0
 
 
 class FullVocabularyGreedy:
