@@ -26,6 +26,7 @@ llama.cpp calls go through `KVOps`.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -128,19 +129,17 @@ class HostStash:
         self.bytes = 0
 
 
-class SlotPool:
-    def __init__(self, ops: KVOps, *, n_slots: int, capacity: int, reuse: bool = True,
-                 stash: HostStash | None = None):
-        self._ops, self.capacity, self.reuse, self.stash = ops, capacity, reuse, stash
-        self.slots = [Slot() for _ in range(n_slots)]
-        self._next_cell = 0
-        self._tick = 0
-        self.evictions = 0  # slots dropped to make room (not counting `clear`)
+class SlotBook(ABC):
+    """What the two pools share: one `Slot` per sequence id, the call counter, and the stash."""
 
-    # ------------------------------------------------------------ bookkeeping
-    def used_cells(self) -> int:
-        held = [s.cells for s in self.slots if s.cells.size]
-        return int(np.unique(np.concatenate(held)).size) if held else 0
+    def __init__(self, ops: KVOps, *, n_slots: int, reuse: bool, stash: HostStash | None):
+        self._ops, self.reuse, self.stash = ops, reuse, stash
+        self.slots = [Slot() for _ in range(n_slots)]
+        self._tick = 0
+
+    @abstractmethod
+    def _drop(self, slot: int, keep: int = 0) -> None:
+        """Keep only the first `keep` tokens of `slot`, in the KV cache and here."""
 
     def begin_call(self) -> None:
         """A new `chat`/`rate` call: with reuse off, nothing from earlier calls is kept."""
@@ -159,6 +158,20 @@ class SlotPool:
         self.slots = [Slot() for _ in self.slots]
         if parked and self.stash is not None:
             self.stash.clear()
+
+
+class SlotPool(SlotBook):
+    def __init__(self, ops: KVOps, *, n_slots: int, capacity: int, reuse: bool = True,
+                 stash: HostStash | None = None):
+        super().__init__(ops, n_slots=n_slots, reuse=reuse, stash=stash)
+        self.capacity = capacity
+        self._next_cell = 0
+        self.evictions = 0  # slots dropped to make room (not counting `clear`)
+
+    # ------------------------------------------------------------ bookkeeping
+    def used_cells(self) -> int:
+        held = [s.cells for s in self.slots if s.cells.size]
+        return int(np.unique(np.concatenate(held)).size) if held else 0
 
     def extend(self, slot: int, tokens: list[int]) -> None:
         """Record `tokens` decoded on `slot` right after what it holds."""

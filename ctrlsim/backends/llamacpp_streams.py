@@ -22,44 +22,32 @@ This module is bookkeeping only; the llama.cpp calls go through `llamacpp_kv.KVO
 """
 from __future__ import annotations
 
-from ctrlsim.backends.llamacpp_kv import CapacityError, HostStash, KVOps, Placement, Slot, common_prefix
+from ctrlsim.backends.llamacpp_kv import (
+    CapacityError,
+    HostStash,
+    KVOps,
+    Placement,
+    Slot,
+    SlotBook,
+    common_prefix,
+)
 
 WHOLE = -1  # llama.cpp copies across streams only whole buffers: positions [-1, -1)
 
 
-class StreamPool:
+class StreamPool(SlotBook):
     """`workers` member streams and one scratch stream of `per_slot` cells each."""
 
     def __init__(self, ops: KVOps, *, workers: int, per_slot: int, reuse: bool = True,
                  stash: HostStash | None = None):
-        self._ops, self.per_slot, self.reuse, self.stash = ops, per_slot, reuse, stash
-        self.workers = workers
-        self.scratch = workers
-        self.slots = [Slot() for _ in range(workers + 1)]
-        self._tick = 0
+        super().__init__(ops, n_slots=workers + 1, reuse=reuse, stash=stash)
+        self.per_slot, self.workers, self.scratch = per_slot, workers, workers
         self.evictions = 0  # nothing is evicted for room here; kept for the pools' common interface
         self.moves = 0  # sequences moved down to close a gap between decoding streams
 
     # ------------------------------------------------------------ bookkeeping
     def used_cells(self) -> int:
         return sum(len(s.tokens) for s in self.slots)
-
-    def begin_call(self) -> None:
-        """A new `chat`/`rate` call: with reuse off, nothing from earlier calls is kept."""
-        self._tick += 1
-        if not self.reuse:
-            self.clear()
-
-    def clear(self) -> None:
-        for slot in range(len(self.slots)):
-            self._drop(slot)
-
-    def forget(self, *, parked: bool = True) -> None:
-        """Forget every stream (after the caller cleared the whole cache) and, unless `parked` is
-        False, every parked sequence."""
-        self.slots = [Slot() for _ in self.slots]
-        if parked and self.stash is not None:
-            self.stash.clear()
 
     def extend(self, slot: int, tokens: list[int]) -> None:
         held = self.slots[slot]
