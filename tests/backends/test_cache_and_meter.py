@@ -77,4 +77,4 @@ def test_bad_calls_raise_typed_errors(smol):
     with pytest.raises(ConfigError, match="meter keys"):
         smol.chat([CONV], keys=["a", "b"])
     with pytest.raises(ConfigError, match="context"):
-        smol.chat([[{"role": "user", "content": "word " * 5000}]])
+        smol.chat([[{"role": "user", "content": "word " * (smol.n_ctx + 100)}]])
