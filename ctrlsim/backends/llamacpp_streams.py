@@ -74,8 +74,11 @@ class StreamPool(SlotBook):
                 self.stash.put(held.tokens, state, len(state))
 
     def _restore(self, slot: int, key: tuple[int, ...], length: int) -> bool:
-        """Stream `slot` (empty) gets the parked sequence `key`, cut to `length` tokens."""
+        """Stream `slot` (empty) gets the parked sequence `key`, cut to `length` tokens (False when
+        it is no longer parked, e.g. a failed load of it for another member discarded it)."""
         assert self.stash is not None
+        if key not in self.stash.entries:
+            return False
         if not self._ops.load(slot, self.stash.get(key)):
             self._ops.seq_rm(slot, 0, -1)
             self.stash.discard(key)

@@ -193,3 +193,17 @@ def test_the_switch_is_read_from_the_environment_and_off_by_default(monkeypatch)
         monkeypatch.setenv("CTRLSIM_KV_STREAMS", bad)
         with pytest.raises(ConfigError, match="CTRLSIM_KV_STREAMS must be 0 or 1"):
             default_kv_streams()
+
+
+def test_a_refused_load_falls_back_to_the_scratch_stream_for_every_member_that_wanted_it():
+    pool, kv = make()
+    pool.begin_call()
+    run_group(pool, kv, [SYSTEM + [1, 2, 3], SYSTEM + [4]])
+    pool.begin_call()
+    pool.prepare([])
+    kv.load = lambda seq, state: False  # llama.cpp refuses the parked state
+    same = SYSTEM + [1, 2, 3]
+    pool.begin_call()
+    places, evaluated = run_group(pool, kv, [same + [7], same + [8]])
+    assert evaluated == 2 * 4  # the scratch stream's SYSTEM prefix only, for both
+    assert not pool.stash.holds(same)
