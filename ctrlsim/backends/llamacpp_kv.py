@@ -59,6 +59,12 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return int(diff[0]) if diff.size else n
 
 
+def group_prefix(prompts: list[list[int]]) -> int:
+    """Length of the prefix all `prompts` share, each keeping at least its last token to evaluate."""
+    ordered = sorted(prompts)  # the common prefix of a sorted run is that of its first and last
+    return min(common_prefix(ordered[0], ordered[-1]), min(len(p) for p in prompts) - 1)
+
+
 @dataclass
 class Slot:
     tokens: list[int] = field(default_factory=list)
@@ -279,16 +285,13 @@ class SlotPool(SlotBook):
 
         The shared prefix is then evaluated once and every prompt that needs it copies it.
         """
-        if len(prompts) < 2:
-            return None
-        ordered = sorted(prompts)
-        shared = min(common_prefix(ordered[0], ordered[-1]), min(len(p) for p in prompts) - 1)
+        shared = group_prefix(prompts) if len(prompts) >= 2 else 0
         if shared <= 0:
             return None
         found = [self.best_prefix(p, limit=len(p) - 1) for p in prompts]
         if sum(1 for length, _ in found if length < shared) < 2:
             return None
-        prefix = ordered[0][:shared]
+        prefix = prompts[0][:shared]
         start, source = self.best_prefix(prefix, limit=shared)
         protected = {s for _, s in found if s is not None}
         if source is not None and self._is_prefix(source, prefix):

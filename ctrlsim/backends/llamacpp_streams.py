@@ -30,6 +30,7 @@ from ctrlsim.backends.llamacpp_kv import (
     Slot,
     SlotBook,
     common_prefix,
+    group_prefix,
 )
 
 WHOLE = -1  # llama.cpp copies across streams only whole buffers: positions [-1, -1)
@@ -93,6 +94,13 @@ class StreamPool(SlotBook):
             return 0, None
         return self.stash.best(tokens, limit=limit)
 
+    def _best_start(self, prompt: list[int]) -> tuple[int, tuple[int, ...] | None]:
+        """(length, parked key) of the longest prefix of `prompt` held for it, keeping its last token:
+        from the stash when that holds more than the scratch stream (key None: the scratch stream)."""
+        from_scratch = min(common_prefix(self.slots[self.scratch].tokens, prompt), len(prompt) - 1)
+        parked, key = self._parked_prefix(prompt, len(prompt) - 1)
+        return (parked, key) if parked > from_scratch else (from_scratch, None)
+
     # ------------------------------------------------------------- placement
     def prepare(self, prompts: list[list[int]]) -> None:
         """Empty the member streams for a new group, parking what they hold first (with a stash and
@@ -104,18 +112,13 @@ class StreamPool(SlotBook):
     def shared_prefix_task(self, prompts: list[list[int]]) -> tuple[int, int, list[int]] | None:
         """(scratch stream, start, tokens) to decode first when 2+ prompts share a prefix that
         neither the scratch stream nor the stash holds; each of them then copies it."""
-        if len(prompts) < 2:
-            return None
-        ordered = sorted(prompts)
-        shared = min(common_prefix(ordered[0], ordered[-1]), min(len(p) for p in prompts) - 1)
+        shared = group_prefix(prompts) if len(prompts) >= 2 else 0
         if shared <= 0:
             return None
-        scratch = self.slots[self.scratch].tokens
-        have = [max(min(common_prefix(scratch, p), len(p) - 1), self._parked_prefix(p, len(p) - 1)[0])
-                for p in prompts]
-        if sum(1 for length in have if length < shared) < 2:
+        if sum(1 for p in prompts if self._best_start(p)[0] < shared) < 2:
             return None
-        prefix = ordered[0][:shared]
+        scratch = self.slots[self.scratch].tokens
+        prefix = prompts[0][:shared]
         start = common_prefix(scratch, prefix)
         parked, key = self._parked_prefix(prefix, shared)
         if parked > start and key is not None:
@@ -138,11 +141,7 @@ class StreamPool(SlotBook):
                 raise CapacityError(f"a prompt of {len(prompt)} tokens with {extra} to generate does not fit "
                                     f"a stream of {self.per_slot} cells")
         scratch = self.slots[self.scratch].tokens
-        found = []
-        for prompt in prompts:
-            from_scratch = min(common_prefix(scratch, prompt), len(prompt) - 1)
-            parked, key = self._parked_prefix(prompt, len(prompt) - 1)
-            found.append((parked, key) if parked > from_scratch else (from_scratch, None))
+        found = [self._best_start(prompt) for prompt in prompts]
         order = sorted(range(len(prompts)), key=lambda i: (-(len(prompts[i]) - found[i][0]), i))
         starts: dict[int, int] = {}
         for slot, i in enumerate(order):
