@@ -265,13 +265,23 @@ class ParallelContext:
         Greedy at temperature 0; otherwise sampled, each sequence by its own sampler chain seeded
         with `seeds[i]` (`llamacpp_sampling.SampledChooser`). `grammar` (a llama-cpp-python
         LlamaGrammar) restricts every sequence; the stopping rules and the text are those of
-        `Llama.create_completion`.
+        `Llama.create_completion`. With streams, batching is continuous (`_generate_continuous`);
+        otherwise groups of prompts run one after another.
         """
         replies = [Reply() for _ in token_lists]
         stops = [s.encode("utf-8") for s in stop]
         seeds = seeds if seeds is not None else [0] * len(token_lists)
         vocab = self._llama._model.vocab
+
+        def new_chooser(i: int) -> GreedyChooser | SampledChooser:
+            return GreedyChooser(self._lib, vocab, self.n_vocab, grammar) if temperature == 0 \
+                else SampledChooser(self._lib, vocab, temperature=temperature, top_p=top_p,
+                                    seed=seeds[i], grammar=grammar, n_vocab=self.n_vocab)
+
         self.pool.begin_call()
+        if self.streams:
+            self._generate_continuous(token_lists, limits, replies, stops, new_chooser)
+            return replies
         for group in plan_groups(token_lists, self.workers, self._capacity(), reserve=limits,
                                  shared=self._shares_cells()):
             choosers: dict[int, GreedyChooser | SampledChooser] = {}
@@ -282,9 +292,7 @@ class ParallelContext:
 
             try:
                 for i in group.members:
-                    choosers[i] = GreedyChooser(self._lib, vocab, self.n_vocab, grammar) if temperature == 0 \
-                        else SampledChooser(self._lib, vocab, temperature=temperature, top_p=top_p,
-                                            seed=seeds[i], grammar=grammar, n_vocab=self.n_vocab)
+                    choosers[i] = new_chooser(i)
                 places = self._place(token_lists, group, limits)
                 slot = {i: p.slot for i, p in zip(group.members, places)}
                 self._decode([Run(p.slot, token_lists[i][p.start:], p.start, key=i)
@@ -295,14 +303,70 @@ class ParallelContext:
                     for i in active:
                         self._advance(replies[i], tokens[i], token_lists[i], limits[i], stops)
                     active = [i for i in active if not replies[i].done]
-                    if self.streams and active:
-                        self._compact(slot, active)
                     self._decode([Run(slot[i], [tokens[i]], len(token_lists[i]) + len(replies[i].tokens) - 1,
                                       key=i) for i in active], choose)
             finally:
                 for chooser in choosers.values():
                     chooser.close()
         return replies
+
+    def _generate_continuous(self, token_lists: list[list[int]], limits: list[int], replies: list[Reply],
+                             stops: list[bytes], new_chooser: Callable[[int], GreedyChooser | SampledChooser]
+                             ) -> None:
+        """Streams: continuous batching, as llama.cpp's server runs its slots. The first `workers`
+        prompts (in token order, so shared prefixes sit together) start together; whenever a
+        sequence finishes, the next waiting prompt takes its stream and its prompt tokens go into
+        the same decode as the other sequences' next tokens, so decode steps stay as wide as the
+        call allows instead of shrinking while a group's last sequences finish. Once no prompt
+        waits, the sequences still going move down to consecutive streams (`_compact`)."""
+        assert isinstance(self.pool, StreamPool)
+        waiting = sorted(range(len(token_lists)), key=lambda i: token_lists[i])
+        first, waiting = waiting[:self.workers], waiting[self.workers:]
+        choosers: dict[int, GreedyChooser | SampledChooser] = {}
+        chosen: dict[int, int] = {}
+
+        def choose(key: int, index: int) -> None:
+            chosen[key] = choosers[key].choose(self, index)
+
+        try:
+            for i in first:
+                choosers[i] = new_chooser(i)
+            places = self._place(token_lists, Group(first, 0), limits)
+            slot = {i: p.slot for i, p in zip(first, places)}
+            runs = [Run(p.slot, token_lists[i][p.start:], p.start, key=i) for i, p in zip(first, places)]
+            active = list(first)
+            while active:
+                self._decode(runs, choose)
+                tokens = {i: chosen.pop(i) for i in active}
+                for i in active:
+                    self._advance(replies[i], tokens[i], token_lists[i], limits[i], stops)
+                finished = sorted((i for i in active if replies[i].done), key=lambda i: slot[i])
+                active = [i for i in active if not replies[i].done]
+                # The lowest freed streams are refilled, so the refilled ones stay below the number
+                # of decoding sequences and `_compact` never has to move a stream filled this step.
+                refilled, waiting = waiting[:len(finished)], waiting[len(finished):]
+                runs = []
+                for i, j in zip(finished, refilled):
+                    choosers.pop(i).close()
+                    choosers[j] = new_chooser(j)
+                    slot[j] = slot[i]
+                    start = self._refill(slot[j], token_lists[j], limits[j])
+                    runs.append(Run(slot[j], token_lists[j][start:], start, key=j))
+                if len(refilled) < len(finished) and active:
+                    self._compact(slot, active + refilled)
+                runs += [Run(slot[i], [tokens[i]], len(token_lists[i]) + len(replies[i].tokens) - 1, key=i)
+                         for i in active]
+                active += refilled
+        finally:
+            for chooser in choosers.values():
+                chooser.close()
+
+    def _refill(self, stream: int, tokens: list[int], limit: int) -> int:
+        assert isinstance(self.pool, StreamPool)
+        try:
+            return self.pool.refill(stream, tokens, limit)
+        except CapacityError as exc:
+            raise ModelError(f"a prompt does not fit its KV stream: {exc}") from None
 
     def _compact(self, slot: dict[int, int], active: list[int]) -> None:
         """Streams: move the still decoding sequences onto consecutive streams (a whole-buffer copy,

@@ -137,23 +137,38 @@ class StreamPool(SlotBook):
         if len(prompts) > self.workers:
             raise CapacityError(f"{len(prompts)} prompts for {self.workers} streams")
         for prompt, extra in zip(prompts, reserve):
-            if len(prompt) + extra > self.per_slot:
-                raise CapacityError(f"a prompt of {len(prompt)} tokens with {extra} to generate does not fit "
-                                    f"a stream of {self.per_slot} cells")
-        scratch = self.slots[self.scratch].tokens
+            self._check_fits(prompt, extra)
         found = [self._best_start(prompt) for prompt in prompts]
         order = sorted(range(len(prompts)), key=lambda i: (-(len(prompts[i]) - found[i][0]), i))
-        starts: dict[int, int] = {}
-        for slot, i in enumerate(order):
-            length, key = found[i]
-            if key is not None and not self._restore(slot, key, length):
-                length = min(common_prefix(scratch, prompts[i]), len(prompts[i]) - 1)
-                key = None
-            if key is None and length > 0:
-                self._copy(self.scratch, slot, length)
-            self.slots[slot].last_used = self._tick
-            starts[i] = length
+        starts = {i: self._start_on(slot, prompts[i], found[i]) for slot, i in enumerate(order)}
         return [Placement(order.index(i), starts[i]) for i in range(len(prompts))]
+
+    def refill(self, slot: int, prompt: list[int], reserve: int) -> int:
+        """Continuous batching: the member stream `slot`, whose sequence has finished, takes the
+        next prompt of the call while the other streams keep decoding. What it held is parked
+        first; the prompt starts from the longest prefix the scratch stream or the stash holds.
+        Returns how many of its tokens the stream already holds (evaluate the rest)."""
+        self._check_fits(prompt, reserve)
+        self._park(slot)
+        self._drop(slot)
+        return self._start_on(slot, prompt, self._best_start(prompt))
+
+    def _check_fits(self, prompt: list[int], extra: int) -> None:
+        if len(prompt) + extra > self.per_slot:
+            raise CapacityError(f"a prompt of {len(prompt)} tokens with {extra} to generate does not fit "
+                                f"a stream of {self.per_slot} cells")
+
+    def _start_on(self, slot: int, prompt: list[int], found: tuple[int, tuple[int, ...] | None]) -> int:
+        """Empty stream `slot` gets `found` (`_best_start`): a parked sequence restored, or the
+        scratch stream's prefix copied; the number of tokens it then holds."""
+        length, key = found
+        if key is not None and not self._restore(slot, key, length):
+            length = min(common_prefix(self.slots[self.scratch].tokens, prompt), len(prompt) - 1)
+            key = None
+        if key is None and length > 0:
+            self._copy(self.scratch, slot, length)
+        self.slots[slot].last_used = self._tick
+        return length
 
     def compact(self, streams: list[int]) -> dict[int, int]:
         """Moves that put the decoding `streams` on 0 .. n-1 (llama.cpp splits a batch at every gap

@@ -207,3 +207,43 @@ def test_a_refused_load_falls_back_to_the_scratch_stream_for_every_member_that_w
     places, evaluated = run_group(pool, kv, [same + [7], same + [8]])
     assert evaluated == 2 * 4  # the scratch stream's SYSTEM prefix only, for both
     assert not pool.stash.holds(same)
+
+
+def finish_step(pool, kv, streams, token):
+    """One decode step: every listed stream appends `token`."""
+    for s in streams:
+        kv.decode(s, [token], len(kv.held[s]))
+        pool.extend(s, [token])
+
+
+def test_refill_parks_the_finished_sequence_and_starts_the_next_prompt_from_the_scratch_prefix():
+    pool, kv = make(workers=2)
+    pool.begin_call()
+    places, _ = run_group(pool, kv, [SYSTEM + [1, 2, 3], SYSTEM + [4]])
+    finish_step(pool, kv, [0, 1], 90)
+    finished = list(kv.held[places[1].slot])
+    # The sequence on places[1] finishes; the call's next prompt takes its stream while the other
+    # stream keeps decoding, and copies only the shared system text from the scratch stream.
+    waiting = SYSTEM + [7, 8, 9]
+    start = pool.refill(places[1].slot, waiting, 5)
+    assert start == len(SYSTEM)
+    assert kv.held[places[1].slot] == SYSTEM and places[1].slot in kv.stale
+    assert pool.stash.holds(finished)
+    kv.decode(places[1].slot, waiting[start:], start)  # its prompt, in the same decode as ...
+    pool.extend(places[1].slot, waiting[start:])
+    finish_step(pool, kv, [places[0].slot], 91)  # ... the other stream's next token
+    check(pool, kv)
+    # A later prompt that continues the finished conversation is restored from the stash.
+    other = 1 - places[1].slot
+    grown = finished + [60, 61]
+    assert pool.refill(other, grown, 0) == len(finished)
+    assert pool.stash.restored == 1 and kv.held[other] == finished
+    check(pool, kv)
+
+
+def test_refill_refuses_a_prompt_longer_than_its_stream():
+    pool, kv = make(workers=2, per_slot=30)
+    pool.begin_call()
+    run_group(pool, kv, [SYSTEM + [1], SYSTEM + [2]])
+    with pytest.raises(CapacityError, match="does not fit a stream of 30 cells"):
+        pool.refill(0, SYSTEM + list(range(11)), 0)

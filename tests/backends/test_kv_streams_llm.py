@@ -50,6 +50,43 @@ def test_greedy_replies_equal_the_unified_cache_with_more_prompts_than_streams(s
         streams.close()
 
 
+def widths_of_each_decode(llm, monkeypatch):
+    """Record how many sequences every decode of the parallel context extends (a shared prefix
+    evaluated on its own, whose logits nobody reads, is not a step)."""
+    from ctrlsim.backends.llamacpp_parallel import ParallelContext
+
+    widths = []
+    decode = ParallelContext._decode
+
+    def recording(self, runs, on_output):
+        if any(run.key is not None for run in runs):
+            widths.append(len({run.seq for run in runs}))
+        return decode(self, runs, on_output)
+
+    monkeypatch.setattr(ParallelContext, "_decode", recording)
+    return widths
+
+
+def test_batching_is_continuous_a_waiting_prompt_takes_the_first_stream_that_frees(smol, monkeypatch):
+    unified, streams = pair(smol)
+    try:
+        widths = widths_of_each_decode(streams, monkeypatch)
+        grouped = unified.chat(COUNTING, max_tokens=30)
+        grouped_decodes = len(widths)
+        widths.clear()
+        got = streams.chat(COUNTING, max_tokens=30)
+        assert texts(got) == texts(grouped)
+        # Five prompts on three streams: every decode is three sequences wide until no prompt
+        # waits, and only then narrows (in groups, the first group's tail narrows while two wait).
+        narrowing = next(n for n, w in enumerate(widths) if w < 3)
+        assert all(w == 3 for w in widths[:narrowing])
+        assert widths[narrowing:] == sorted(widths[narrowing:], reverse=True)
+        assert len(widths) <= grouped_decodes
+    finally:
+        unified.close()
+        streams.close()
+
+
 def test_a_grown_conversation_is_restored_and_evaluates_only_its_new_turn(smol):
     unified, streams = pair(smol, kv_reuse=True)
     try:
