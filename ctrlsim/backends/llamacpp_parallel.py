@@ -11,7 +11,8 @@ decode step. A batch with more prompts than worker sequences, or more tokens tha
 cache holds, is split into groups that run one after another. With a host stash, the cache
 holds only what the group being placed starts from; the rest waits in host memory (`llamacpp_kv`).
 With `streams`, every sequence has a KV stream of its own (`kv_unified = false`), so a token
-attends only over its own sequence's cells (`llamacpp_streams`).
+attends only over its own sequence's cells (`llamacpp_streams`), and batching is continuous: a
+waiting prompt takes the first stream that frees instead of waiting for its group.
 """
 from __future__ import annotations
 
@@ -131,6 +132,12 @@ class ParallelContext:
             StreamPool(self, workers=workers, per_slot=per_stream, reuse=reuse, stash=stash) if streams
             else SlotPool(self, n_slots=n_seq, capacity=n_ctx, reuse=reuse, stash=stash))
         self.evaluated_tokens = 0
+        # Decodes whose logits were read, and how many sequences they extended in all (the mean
+        # width of a step: a narrow step costs more per token).
+        self.steps = self.step_sequences = 0
+        # Streams: continuous batching (False: groups one after another, as the unified cache runs;
+        # kept for side-by-side benchmarks).
+        self.continuous = streams
 
     @property
     def ctx(self):
@@ -213,6 +220,9 @@ class ParallelContext:
         flush()
         for run in runs:
             self.pool.extend(run.seq, run.tokens)
+        if any(run.key is not None for run in runs):
+            self.steps += 1
+            self.step_sequences += len({run.seq for run in runs})
 
     def logits(self, index: int, *, copy: bool = True) -> np.ndarray:
         """Logits of output `index` of the last decode (a view is valid only until the next decode)."""
@@ -279,7 +289,7 @@ class ParallelContext:
                                     seed=seeds[i], grammar=grammar, n_vocab=self.n_vocab)
 
         self.pool.begin_call()
-        if self.streams:
+        if self.streams and self.continuous:
             self._generate_continuous(token_lists, limits, replies, stops, new_chooser)
             return replies
         for group in plan_groups(token_lists, self.workers, self._capacity(), reserve=limits,
@@ -303,6 +313,8 @@ class ParallelContext:
                     for i in active:
                         self._advance(replies[i], tokens[i], token_lists[i], limits[i], stops)
                     active = [i for i in active if not replies[i].done]
+                    if self.streams and active:
+                        self._compact(slot, active)
                     self._decode([Run(slot[i], [tokens[i]], len(token_lists[i]) + len(replies[i].tokens) - 1,
                                       key=i) for i in active], choose)
             finally:

@@ -10,7 +10,9 @@ changes for the bookkeeping:
   budget to evict for, and a group of prompts fits whenever each prompt does.
 - Streams `0 .. workers - 1` hold the prompts being decoded, member *i* of a group on stream *i*
   (llama.cpp splits a batch wherever the sequence ids in it are not consecutive, so the decoding
-  sequences must sit on consecutive streams; `compact` moves them down when some finish early).
+  sequences must sit on consecutive streams). With continuous batching a stream whose sequence
+  finishes takes the call's next waiting prompt (`refill`); once none waits, `compact` moves the
+  sequences still decoding down when some finish early.
   Stream `workers` is the scratch stream: a prefix that several prompts share is evaluated there
   once and copied whole to each of them (`llama_memory_seq_cp` across streams copies the buffer;
   the copy is then cut to the prefix).
