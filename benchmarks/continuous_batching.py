@@ -18,7 +18,7 @@ time over continuous, medians over the repetitions). Sampled replies depend on t
 so both variants generate the same text up to batching noise; the generated-token column shows
 how close they came.
 
-    python benchmarks/continuous_batching.py --llm qwen2.5-0.5b --clusters 16 --repeat 1
+    python benchmarks/continuous_batching.py --llm qwen2.5-0.5b --clusters 16 --repeat 2
 """
 from __future__ import annotations
 
