@@ -3,9 +3,9 @@
 The workload is the evolution loop's debate (`agents.evolution.debate.run_debate`, the paper's
 prompts): template personas of ml-100k users in clusters of two, two rounds, sampled at the
 temperature and with the turn length of `ctrlsim evolve`'s defaults (`EvolveConfig`), each
-conversation with its own seed. Both
-variants run in one process on one model with separate KV streams (`kv_streams=True`) and a
-cleared KV cache before each debate, alternating, so the machine's state is shared:
+conversation with its own seed. Both variants run in one process on one model with separate KV
+streams (`kv_streams=True`) and a cleared KV cache before each debate, alternating, so the
+machine's state is shared:
 
   grouped     the call's prompts in groups of `n_parallel`, a group starting when the last one
               ends (a group's steps narrow while its last sequences finish);
