@@ -275,7 +275,7 @@ class ParallelContext:
         Greedy at temperature 0; otherwise sampled, each sequence by its own sampler chain seeded
         with `seeds[i]` (`llamacpp_sampling.SampledChooser`). `grammar` (a llama-cpp-python
         LlamaGrammar) restricts every sequence; the stopping rules and the text are those of
-        `Llama.create_completion`. With streams, batching is continuous (`_generate_continuous`);
+        `Llama.create_completion`. With streams, batching is continuous (`_run_group`);
         otherwise groups of prompts run one after another.
         """
         replies = [Reply() for _ in token_lists]
@@ -290,50 +290,26 @@ class ParallelContext:
 
         self.pool.begin_call()
         if self.streams and self.continuous:
-            self._generate_continuous(token_lists, limits, replies, stops, new_chooser)
+            order = sorted(range(len(token_lists)), key=lambda i: token_lists[i])  # shared prefixes together
+            self._run_group(token_lists, limits, replies, stops, new_chooser, Group(order[:self.workers], 0),
+                            waiting=order[self.workers:])
             return replies
         for group in plan_groups(token_lists, self.workers, self._capacity(), reserve=limits,
                                  shared=self._shares_cells()):
-            choosers: dict[int, GreedyChooser | SampledChooser] = {}
-            chosen: dict[int, int] = {}
-
-            def choose(key: int, index: int, chosen=chosen, choosers=choosers) -> None:
-                chosen[key] = choosers[key].choose(self, index)
-
-            try:
-                for i in group.members:
-                    choosers[i] = new_chooser(i)
-                places = self._place(token_lists, group, limits)
-                slot = {i: p.slot for i, p in zip(group.members, places)}
-                self._decode([Run(p.slot, token_lists[i][p.start:], p.start, key=i)
-                              for i, p in zip(group.members, places)], choose)
-                active = list(group.members)
-                while active:
-                    tokens = {i: chosen.pop(i) for i in active}
-                    for i in active:
-                        self._advance(replies[i], tokens[i], token_lists[i], limits[i], stops)
-                    active = [i for i in active if not replies[i].done]
-                    if self.streams and active:
-                        self._compact(slot, active)
-                    self._decode([Run(slot[i], [tokens[i]], len(token_lists[i]) + len(replies[i].tokens) - 1,
-                                      key=i) for i in active], choose)
-            finally:
-                for chooser in choosers.values():
-                    chooser.close()
+            self._run_group(token_lists, limits, replies, stops, new_chooser, group, waiting=[])
         return replies
 
-    def _generate_continuous(self, token_lists: list[list[int]], limits: list[int], replies: list[Reply],
-                             stops: list[bytes], new_chooser: Callable[[int], GreedyChooser | SampledChooser]
-                             ) -> None:
-        """Streams: continuous batching, as llama.cpp's server runs its slots. The first `workers`
-        prompts (in token order, so shared prefixes sit together) start together; whenever a
-        sequence finishes, the next waiting prompt takes its stream and its prompt tokens go into
-        the same decode as the other sequences' next tokens, so decode steps stay as wide as the
-        call allows instead of shrinking while a group's last sequences finish. Once no prompt
-        waits, the sequences still going move down to consecutive streams (`_compact`)."""
-        assert isinstance(self.pool, StreamPool)
-        waiting = sorted(range(len(token_lists)), key=lambda i: token_lists[i])
-        first, waiting = waiting[:self.workers], waiting[self.workers:]
+    def _run_group(self, token_lists: list[list[int]], limits: list[int], replies: list[Reply],
+                   stops: list[bytes], new_chooser: Callable[[int], GreedyChooser | SampledChooser],
+                   group: Group, *, waiting: list[int]) -> None:
+        """Place `group`'s prompts and decode them until every sequence has ended.
+
+        With streams and `waiting` prompts, batching is continuous, as llama.cpp's server runs its
+        slots: whenever a sequence finishes, the next waiting prompt takes its stream and its
+        prompt tokens go into the same decode as the other sequences' next tokens, so decode steps
+        stay as wide as the call allows instead of shrinking while a group's last sequences
+        finish. With streams, once no prompt waits, the sequences still going move down to
+        consecutive streams (`_compact`)."""
         choosers: dict[int, GreedyChooser | SampledChooser] = {}
         chosen: dict[int, int] = {}
 
@@ -341,12 +317,13 @@ class ParallelContext:
             chosen[key] = choosers[key].choose(self, index)
 
         try:
-            for i in first:
+            for i in group.members:
                 choosers[i] = new_chooser(i)
-            places = self._place(token_lists, Group(first, 0), limits)
-            slot = {i: p.slot for i, p in zip(first, places)}
-            runs = [Run(p.slot, token_lists[i][p.start:], p.start, key=i) for i, p in zip(first, places)]
-            active = list(first)
+            places = self._place(token_lists, group, limits)
+            slot = {i: p.slot for i, p in zip(group.members, places)}
+            runs = [Run(p.slot, token_lists[i][p.start:], p.start, key=i)
+                    for i, p in zip(group.members, places)]
+            active = list(group.members)
             while active:
                 self._decode(runs, choose)
                 tokens = {i: chosen.pop(i) for i in active}
@@ -364,7 +341,7 @@ class ParallelContext:
                     slot[j] = slot[i]
                     start = self._refill(slot[j], token_lists[j], limits[j])
                     runs.append(Run(slot[j], token_lists[j][start:], start, key=j))
-                if len(refilled) < len(finished) and active:
+                if self.streams and active and len(refilled) < len(finished):
                     self._compact(slot, active + refilled)
                 runs += [Run(slot[i], [tokens[i]], len(token_lists[i]) + len(replies[i].tokens) - 1, key=i)
                          for i in active]
