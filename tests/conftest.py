@@ -13,10 +13,19 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 
 import pytest
 
 from ctrlsim.errors import MissingDependencyError, ModelNotFoundError
+
+
+def pytest_configure(config):
+    """Under pytest-xdist every worker runs its LLMs on one llama.cpp thread, unless the caller chose a
+    count: two workers on two cores each asking for every core would oversubscribe them, and
+    llama.cpp's threads spin while they wait for each other."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and "CTRLSIM_THREADS" not in os.environ:
+        os.environ["CTRLSIM_THREADS"] = "1"
 
 
 @pytest.fixture(scope="session")

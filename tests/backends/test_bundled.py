@@ -39,3 +39,73 @@ def test_assembly_is_verified_and_cached(tmp_path, monkeypatch):
     monkeypatch.setitem(bundled.BUNDLED_LLMS, "qwen2.5-0.5b", wrong)
     with pytest.raises(ModelError, match="sha256"):
         bundled.bundled_llm_path("qwen2.5-0.5b")
+
+
+def _tiny_bundled_model(tmp_path, monkeypatch):
+    """A two-package bundled 'model' of a few bytes, its packages in tmp_path."""
+    import hashlib
+
+    chunks = [b"first chunk " * 1000, b"second chunk " * 1000]
+    for n, data in enumerate(chunks):
+        (tmp_path / f"pkg{n}" / "data").mkdir(parents=True)
+        (tmp_path / f"pkg{n}" / "data" / "part1.bin").write_bytes(data)
+    whole = b"".join(chunks)
+    model = bundled.BundledLLM("tiny", "a tiny test file", ("pkg0", "pkg1"), "tiny.gguf", len(whole),
+                               hashlib.sha256(whole).hexdigest())
+    monkeypatch.setitem(bundled.BUNDLED_LLMS, "tiny", model)
+    monkeypatch.setattr(bundled, "package_dir", lambda module: tmp_path / module)
+    monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
+    return whole
+
+
+def test_two_processes_assembling_at_once_both_get_the_verified_file(tmp_path, monkeypatch):
+    import threading
+
+    whole = _tiny_bundled_model(tmp_path, monkeypatch)
+    both_copied = threading.Barrier(2, timeout=30)
+    real_copy = bundled.shutil.copyfileobj
+    copied = threading.local()
+
+    def copy_then_wait(src, dst, length):
+        real_copy(src, dst, length)
+        copied.n = getattr(copied, "n", 0) + 1
+        if copied.n == 2:  # this assembler's last chunk: wait until the other has written all of its own
+            both_copied.wait()
+
+    monkeypatch.setattr(bundled.shutil, "copyfileobj", copy_then_wait)
+    results, errors = [], []
+
+    def assemble():
+        try:
+            results.append(bundled.bundled_llm_path("tiny"))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=assemble) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(results) == 2
+    assert results[0] == results[1] and results[0].read_bytes() == whole
+    assert sorted(p.name for p in results[0].parent.iterdir()) == ["tiny.gguf", "tiny.gguf.sha256"]
+
+
+def test_a_half_assembled_file_of_a_dead_process_is_removed_and_a_live_ones_kept(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    whole = _tiny_bundled_model(tmp_path, monkeypatch)
+    models = tmp_path / "cache" / "models"
+    models.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    host = bundled._host()
+    abandoned = models / f"tiny.gguf.{host}.{dead}.0123abcd.partial"
+    running = models / f"tiny.gguf.{host}.{os.getpid()}.4567cdef.partial"
+    for path in (abandoned, running):
+        path.write_bytes(b"half")
+    assert bundled.bundled_llm_path("tiny").read_bytes() == whole
+    assert not abandoned.exists()
+    assert running.exists()
