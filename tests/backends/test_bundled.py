@@ -58,21 +58,32 @@ def _tiny_bundled_model(tmp_path, monkeypatch):
     return whole
 
 
-def test_two_processes_assembling_at_once_both_get_the_verified_file(tmp_path, monkeypatch):
+def test_two_processes_assembling_at_once_take_turns_and_both_get_the_verified_file(tmp_path, monkeypatch):
     import threading
+    import time
 
     whole = _tiny_bundled_model(tmp_path, monkeypatch)
-    both_copied = threading.Barrier(2, timeout=30)
-    real_copy = bundled.shutil.copyfileobj
-    copied = threading.local()
+    target = tmp_path / "cache" / "models" / "tiny.gguf"
+    real_verified, real_copy = bundled._verified, bundled.shutil.copyfileobj
+    second_checked = threading.Event()
+    copies = []
 
-    def copy_then_wait(src, dst, length):
+    def verified(path, model):  # signals when the second assembler has found no file and goes on
+        found = real_verified(path, model)
+        if path == target and not found and threading.current_thread().name == "second":
+            second_checked.set()
+        return found
+
+    def copy(src, dst, length):
+        if not copies:  # the first assembler, mid-copy: start the second and give it time to go on
+            threading.Thread(target=assemble, name="second").start()
+            assert second_checked.wait(30)
+            time.sleep(0.3)
+        copies.append(1)
         real_copy(src, dst, length)
-        copied.n = getattr(copied, "n", 0) + 1
-        if copied.n == 2:  # this assembler's last chunk: wait until the other has written all of its own
-            both_copied.wait()
 
-    monkeypatch.setattr(bundled.shutil, "copyfileobj", copy_then_wait)
+    monkeypatch.setattr(bundled, "_verified", verified)
+    monkeypatch.setattr(bundled.shutil, "copyfileobj", copy)
     results, errors = [], []
 
     def assemble():
@@ -81,31 +92,26 @@ def test_two_processes_assembling_at_once_both_get_the_verified_file(tmp_path, m
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=assemble) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors and len(results) == 2
-    assert results[0] == results[1] and results[0].read_bytes() == whole
-    assert sorted(p.name for p in results[0].parent.iterdir()) == ["tiny.gguf", "tiny.gguf.sha256"]
+    assemble()
+    deadline = time.monotonic() + 30
+    while len(results) + len(errors) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not errors and results == [target, target] and target.read_bytes() == whole
+    assert len(copies) == 2  # two chunks, copied once: the second assembler waited, then found the file
+    left = sorted(p.name for p in target.parent.iterdir())
+    assert left == ["tiny.gguf", "tiny.gguf.lock", "tiny.gguf.sha256"]
 
 
-def test_a_half_assembled_file_of_a_dead_process_is_removed_and_a_live_ones_kept(tmp_path, monkeypatch):
-    import os
+def test_a_killed_assemblers_leftovers_do_not_stop_the_next_one(tmp_path, monkeypatch):
     import subprocess
     import sys
 
     whole = _tiny_bundled_model(tmp_path, monkeypatch)
     models = tmp_path / "cache" / "models"
     models.mkdir(parents=True)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    host = bundled._host()
-    abandoned = models / f"tiny.gguf.{host}.{dead}.0123abcd.partial"
-    running = models / f"tiny.gguf.{host}.{os.getpid()}.4567cdef.partial"
-    for path in (abandoned, running):
-        path.write_bytes(b"half")
+    (models / "tiny.partial").write_bytes(b"half")
+    # A process that took the lock and was killed holding it: the lock went with the process.
+    taken = "import fcntl, os, sys; fh = open(sys.argv[1], 'a'); fcntl.flock(fh, fcntl.LOCK_EX); os._exit(9)"
+    subprocess.run([sys.executable, "-c", taken, str(models / "tiny.gguf.lock")], check=False, timeout=30)
     assert bundled.bundled_llm_path("tiny").read_bytes() == whole
-    assert not abandoned.exists()
-    assert running.exists()
+    assert not (models / "tiny.partial").exists()
