@@ -190,6 +190,7 @@ def test_match_lambda_inverts_the_curve():
 
 
 @pytest.mark.llm
+@pytest.mark.slow  # 10 episodes of sampled decisions: about 200 s on one 2-core thread
 def test_the_smallest_llms_probes_have_a_finite_resolution(tmp_path, monkeypatch, llm_or_skip):
     """Base-Small's LLM probes (smollm2-135m) on the dial: the box follows their likes, and the step
     from lambda 0 to 1 is told apart in what it surfaces of the target."""

@@ -12,6 +12,7 @@ def private_cache(tmp_path, monkeypatch):
 
 
 @pytest.mark.llm
+@pytest.mark.slow  # two evolutions with debates and merges: about 150 s on one thread
 def test_kmeans_fusion_and_ctrlbench_through_the_command(ml100k, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["--methods", "base-small,kmeans-fusion,ctrlbench", "--recommenders", "popularity",
