@@ -55,8 +55,8 @@ def episode(llm: Any, dataset, k: int, rounds: int, seed: int, *, conversation: 
     llm.kv_reuse = reuse
     llm.reset_kv()
     task_text = policy.system_text(env.engine.slate_size).rsplit("Reply with one JSON", 1)[0]
-    naive_prompts, seconds, cpu_seconds, evaluated = [], 0.0, 0.0, 0
-    for _ in range(rounds):
+    naive_prompts, seconds, cpu_seconds, evaluated, first_actions = [], 0.0, 0.0, 0, {}
+    for round_ in range(rounds):
         live = list(env.agents)
         if not live:
             break
@@ -69,12 +69,15 @@ def episode(llm: Any, dataset, k: int, rounds: int, seed: int, *, conversation: 
         seconds += time.perf_counter() - started
         cpu_seconds += time.process_time() - cpu
         evaluated += llm.evaluated_tokens - before
+        if round_ == 0:  # every variant's first prompts are the same (compared across models)
+            first_actions = {a: repr(actions[a]) for a in live}
         obs, _, _, _, infos = env.step(actions)
     stats = [policy.probe_stats(a) for a in agents]
     decisions = sum(s["decisions"] for s in stats)
     return {"seconds": seconds, "cpu_seconds": cpu_seconds, "decisions": decisions, "evaluated": evaluated,
             "prompt_tokens": policy.meter.total.prompt_tokens,
-            "unusable": f"{sum(s['parse_failures'] for s in stats)} parse failures", "naive": naive_prompts}
+            "unusable": f"{sum(s['parse_failures'] for s in stats)} parse failures", "naive": naive_prompts,
+            "first_actions": first_actions}
 
 
 def naive(llm, prompt_list: list[tuple[str, int]]) -> dict:

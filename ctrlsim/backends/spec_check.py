@@ -34,6 +34,12 @@ def check_llm_spec(spec: object, *, name: str = "llm") -> None:
         raise ConfigError(f"{name}: the openai runtime needs an http(s) URL, got {spec!r}")
     if target in BUNDLED_LLMS:
         return
+    from ctrlsim.backends.requantize import split_derived
+
+    if split_derived(target) is not None:  # raises for an unknown quantization type
+        if runtime not in (None, "llamacpp"):
+            raise ConfigError(f"{name}: {spec!r}: a re-quantized bundled model runs on llama.cpp only")
+        return
     path = Path(target).expanduser()
     looks_like_path = target.endswith(".gguf") or target.startswith(("/", ".", "~")) or path.exists()
     if looks_like_path:
@@ -59,4 +65,8 @@ def llm_cache_uses(spec: str | None) -> dict[str, str]:
     _, target = parse_spec(spec.strip())
     if target in BUNDLED_LLMS:
         return {"models": f"the bundled LLM {target} (assembled or verified once)"}
+    from ctrlsim.backends.requantize import split_derived
+
+    if split_derived(target) is not None:
+        return {"models": f"the bundled LLM {target} (re-quantized once)"}
     return {}

@@ -2,11 +2,13 @@
 
 Spec grammar: `[runtime:]target`
   runtime  llamacpp | transformers | vllm | openai   (optional)
-  target   a bundled name (qwen2.5-1.5b, qwen2.5-0.5b, smollm2-135m), a GGUF
-           file, a Hugging Face folder, a hub id, or (openai) a base URL
-           with an optional "#model" suffix.
-Without a runtime: bundled names and .gguf files use llama.cpp, http(s) URLs
-the OpenAI-compatible client, folders and hub ids transformers.
+  target   a bundled name (qwen2.5-1.5b, qwen2.5-0.5b, smollm2-135m), a bundled
+           name re-quantized by llama.cpp (`qwen2.5-0.5b@q4_0`, `@q8_0`:
+           `ctrlsim.backends.requantize`), a GGUF file, a Hugging Face folder,
+           a hub id, or (openai) a base URL with an optional "#model" suffix.
+Without a runtime: bundled names (re-quantized or not) and .gguf files use
+llama.cpp, http(s) URLs the OpenAI-compatible client, folders and hub ids
+transformers.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from ctrlsim.backends.bundled import BUNDLED_LLMS, DEFAULT_LLM, bundled_llm_path
 from ctrlsim.backends.cache import ResponseCache
 from ctrlsim.backends.llm import LLM
 from ctrlsim.backends.meter import TokenMeter
+from ctrlsim.backends.requantize import derived_llm_path, split_derived
 from ctrlsim.errors import ConfigError, ModelNotFoundError
 
 RUNTIMES = ("llamacpp", "transformers", "vllm", "openai")
@@ -123,8 +126,11 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
     if isinstance(cache, (str, Path)):
         cache = ResponseCache(cache)
     threads = threads or default_threads()
+    derived = split_derived(target)
+    if derived is not None and runtime not in (None, "llamacpp"):
+        raise ConfigError(f"{spec!r}: a re-quantized bundled model runs on llama.cpp only")
     if runtime is None:
-        if target in BUNDLED_LLMS or target.endswith(".gguf"):
+        if target in BUNDLED_LLMS or derived is not None or target.endswith(".gguf"):
             runtime = "llamacpp"
         elif target.startswith(("http://", "https://")):
             runtime = "openai"
@@ -145,6 +151,10 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,
                                n_threads=threads, meter=meter, cache=cache, **options)
+        if derived is not None:
+            path, sha256 = derived_llm_path(target, threads=threads)
+            return LlamaCppLLM(path, model_id=target, sha256=sha256, n_threads=threads, meter=meter,
+                               cache=cache, **options)
         path = Path(target).expanduser()
         if not path.is_file():
             raise ModelNotFoundError(f"no GGUF file at {path}; bundled names: {sorted(BUNDLED_LLMS)}")

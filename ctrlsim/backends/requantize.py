@@ -1,0 +1,119 @@
+"""Bundled models re-quantized by llama.cpp's own quantizer: `qwen2.5-0.5b@q4_0`.
+
+Why: most of the bundled Qwen2.5-0.5B's weight matrices are Q5_0 or Q8_0, because their rows of
+896 values do not split into Q4_K's 256-value blocks. llama.cpp's CPU backend repacks Q4_0
+weights into interleaved blocks that its AVX2/AVX-512 and ARM kernels multiply faster, and has
+no such kernel for Q5_0, so a Q4_0 copy evaluates prompts about 1.5 times as fast on the 2-core
+machine (docs/performance.md, "A Q4_0 copy of the model"). The copy is a different model: 4 bits
+where the original had 5 or 8, quantized from already quantized weights, so its replies and
+ratings differ from the original's. Results name it (`model`, and the copy's own sha256 in the
+identity and the response-cache key), so runs of the two never mix.
+
+The copy is made once per cache folder (`<cache>/models/<file>.<type>.gguf`), under the same
+lock as bundled-model assembly, and a JSON marker beside it records the source's sha256, the
+copy's sha256, size and mtime and the llama.cpp version that wrote it. The copy is deterministic
+for one llama.cpp version; another version may write other bytes, which its sha256 then names.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from pathlib import Path
+
+from ctrlsim.backends.bundled import BUNDLED_LLMS, _assembling, _sha256, bundled_llm_path, cache_dir
+from ctrlsim.errors import ConfigError, MissingDependencyError, ModelError
+
+# Type name in a spec -> llama.cpp's file type constant (`llama_ftype`).
+QUANT_TYPES = {"q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
+SEPARATOR = "@"
+
+
+def split_derived(target: str) -> tuple[str, str] | None:
+    """(bundled name, type) for a `name@type` spec target whose name is a bundled LLM, else None
+    (a path or hub id may hold an '@' of its own). A bundled name with an unknown type is a
+    `ConfigError` that lists the choices."""
+    name, separator, quant = target.rpartition(SEPARATOR)
+    if not separator or name not in BUNDLED_LLMS:
+        return None
+    if quant not in QUANT_TYPES:
+        raise ConfigError(f"{target!r}: unknown quantization {quant!r}; choose from "
+                          f"{', '.join(f'{name}@{q}' for q in QUANT_TYPES)}")
+    return name, quant
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(f"{path.name}.derived.json")
+
+
+def _valid_copy(path: Path, source_sha256: str, quant: str) -> str | None:
+    """The copy's sha256 when `path` is the finished copy the marker describes, else None."""
+    marker = _marker(path)
+    if not path.is_file() or not marker.is_file():
+        return None
+    try:
+        facts = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    stat = path.stat()
+    expected = {"source_sha256": source_sha256, "type": quant, "size": stat.st_size,
+                "mtime_ns": stat.st_mtime_ns}
+    if any(facts.get(key) != value for key, value in expected.items()):
+        return None
+    return facts.get("sha256")
+
+
+def _quantize(source: Path, partial: Path, quant: str, threads: int) -> None:
+    """llama.cpp's `llama_model_quantize` from `source` into `partial` (re-quantizing allowed)."""
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise MissingDependencyError("llama_cpp", "llm", "re-quantizing a GGUF model") from exc
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, QUANT_TYPES[quant])
+    params.allow_requantize = True  # the bundled weights are already quantized
+    params.nthread = threads
+    code = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params))
+    if code != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise ModelError(f"llama.cpp could not re-quantize {source} to {quant} (llama_model_quantize "
+                         f"returned {code})")
+
+
+def derived_llm_path(target: str, *, threads: int = 1) -> tuple[Path, str]:
+    """(path, sha256) of the re-quantized copy `target` names (`name@type`), made on first use with
+    `threads` CPU threads (the bytes do not depend on them)."""
+    split = split_derived(target)
+    if split is None:
+        raise ConfigError(f"{target!r} names no re-quantized model (expected name{SEPARATOR}type)")
+    name, quant = split
+    model = BUNDLED_LLMS[name]
+    source = bundled_llm_path(name)
+    path = cache_dir("models") / f"{Path(model.filename).stem}.{quant}.gguf"
+    sha = _valid_copy(path, model.sha256, quant)
+    if sha:
+        return path, sha
+    with _assembling(path):
+        sha = _valid_copy(path, model.sha256, quant)
+        if sha:  # another process made it while this one waited
+            return path, sha
+        partial = path.with_name(f"{path.name}.partial")  # a killed writer's leftover is overwritten
+        _quantize(source, partial, quant, threads)
+        sha = _sha256(partial)
+        os.replace(partial, path)  # keeps the mtime the marker records
+        stat = path.stat()
+        import llama_cpp
+
+        facts = {"source": model.filename, "source_sha256": model.sha256, "type": quant, "sha256": sha,
+                 "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "llama_cpp": llama_cpp.__version__}
+        _marker(path).write_text(json.dumps(facts, indent=1), encoding="utf-8")
+    return path, sha
+
+
+def derived_names() -> list[str]:
+    """Every `name@type` spec a bundled model can be re-quantized to."""
+    return [f"{name}{SEPARATOR}{quant}" for name in BUNDLED_LLMS for quant in QUANT_TYPES]
+
+
+__all__ = ["QUANT_TYPES", "derived_llm_path", "derived_names", "split_derived"]

@@ -1,0 +1,88 @@
+"""Bundled models re-quantized by llama.cpp (`name@q4_0`): spec grammar, the copy made once, its identity."""
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctrlsim.backends.spec_check import check_llm_spec, llm_cache_uses
+from ctrlsim.backends.specs import load_llm
+from ctrlsim.errors import ConfigError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_llm_behaviour import ROMCOM, SCIFI, rating_prompt  # noqa: E402
+
+
+def test_a_spec_names_a_copy_of_a_bundled_model_and_unknown_types_are_refused():
+    from ctrlsim.backends.requantize import split_derived
+
+    assert split_derived("qwen2.5-0.5b@q4_0") == ("qwen2.5-0.5b", "q4_0")
+    assert split_derived("smollm2-135m@q8_0") == ("smollm2-135m", "q8_0")
+    # An '@' elsewhere (a path, a hub id) is not a re-quantized bundled model.
+    assert split_derived("/models/qwen@q4_0.gguf") is None and split_derived("org/name@main") is None
+    assert split_derived("qwen2.5-0.5b") is None
+    with pytest.raises(ConfigError, match=r"unknown quantization 'q3_k'.*qwen2\.5-0\.5b@q4_0"):
+        check_llm_spec("qwen2.5-0.5b@q3_k")
+    with pytest.raises(ConfigError, match="llama.cpp only"):
+        check_llm_spec("vllm:qwen2.5-0.5b@q4_0")
+    with pytest.raises(ConfigError, match="llama.cpp only"):
+        load_llm("transformers:smollm2-135m@q4_0")
+    check_llm_spec("llamacpp:qwen2.5-0.5b@q4_0")
+    assert "models" in llm_cache_uses("qwen2.5-0.5b@q4_0")
+
+
+def _file_type(path: Path) -> int:
+    """GGUF `general.file_type`, read by llama.cpp itself (vocabulary only, no weights)."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+    try:
+        return int(llm.metadata["general.file_type"])
+    finally:
+        llm.close()
+
+
+@pytest.mark.llm
+def test_the_copy_is_q4_0_made_once_named_by_its_sha256_and_remade_when_changed(tmp_path, monkeypatch,
+                                                                                 llm_or_skip):
+    llm_or_skip("smollm2-135m")  # skips where the bundled model is not installed
+    import llama_cpp
+
+    from ctrlsim.backends import requantize
+
+    monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path))
+    path, sha = requantize.derived_llm_path("smollm2-135m@q4_0")
+    assert path.parent == tmp_path / "models" and path.name == "SmolLM2-135M-Instruct.Q4_1.q4_0.gguf"
+    assert sha == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert _file_type(path) == llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
+    made = path.stat().st_mtime_ns
+
+    def no_second_copy(*args):
+        raise AssertionError("the copy was made again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(requantize, "_quantize", no_second_copy)
+        assert requantize.derived_llm_path("smollm2-135m@q4_0") == (path, sha)
+    assert path.stat().st_mtime_ns == made
+    with open(path, "ab") as fh:  # a changed file no longer matches its marker and is made again
+        fh.write(b"\0")
+    again, sha_again = requantize.derived_llm_path("smollm2-135m@q4_0")
+    assert again == path and sha_again == sha == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.llm
+def test_the_q4_0_copy_of_qwen_runs_under_its_own_identity_and_still_rates_by_the_profile(llm_or_skip):
+    base = llm_or_skip("qwen2.5-0.5b", threads=1)
+    copy = llm_or_skip("qwen2.5-0.5b@q4_0", threads=1)
+    try:
+        assert copy.identity["model"] == "qwen2.5-0.5b@q4_0"
+        assert copy.sha256 != base.sha256 and copy.cache_identity() != base.cache_identity()
+        scifi = copy.rate([rating_prompt(i) for i in SCIFI])
+        romcom = copy.rate([rating_prompt(i) for i in ROMCOM])
+        assert scifi.mean() > romcom.mean()
+        question = "What is the capital of France? Answer with exactly one word."
+        reply = copy.chat([[{"role": "user", "content": question}]], max_tokens=8)[0]
+        assert reply.text.strip(" .") == "Paris"
+    finally:
+        copy.close()
+        base.close()
