@@ -5,10 +5,14 @@ first use, `ctrlsim.backends.requantize`):
 
   prompt tokens/s   llama.cpp evaluating one 512-token prompt from a fresh KV cache (CPU time,
                     so comparable at another load); the repacked Q4_0 kernels show here;
-  episode           an 8-round episode of 16 template-persona probes against the popularity box,
-                    greedy, the paper-like memory prompts, KV cache emptied before each call (the
-                    `memory, reuse off` variant of benchmarks/llm_probe_throughput.py): wall and
-                    CPU seconds, prompt tokens evaluated, unusable replies;
+  episode           an episode of 16 template-persona probes against the popularity box, greedy
+                    (benchmarks/llm_probe_throughput.py's): with `--conversation memory`, the
+                    paper-like memory prompts from an empty KV cache every call; with `append`,
+                    growing conversations with KV reuse. Wall and CPU seconds, prompt tokens
+                    evaluated, unusable replies. The runtime settings come from the environment
+                    (CTRLSIM_FLASH_ATTN, CTRLSIM_KV_STREAMS, CTRLSIM_THREADS), so the episode runs
+                    as the run it stands for: without flash attention every token of the default
+                    unified cache attends over all 16 sequences' cells, which no weight type speeds;
   same decisions    round-1 decisions (liked items) equal to the bundled model's, out of K: the
                     first round's prompts are identical, so this is how often the copy decides
                     as the original does on the same input;
@@ -72,6 +76,8 @@ def main() -> None:
     parser.add_argument("--types", default="q4_0,q8_0", help="copies to compare with it")
     parser.add_argument("--agents", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--conversation", default="memory", choices=["memory", "append"],
+                        help="probe prompts of the episode (append: with KV reuse)")
     parser.add_argument("--tokens", type=int, default=512, help="prompt length for the prompt rate")
     parser.add_argument("--repetitions", type=int, default=4)
     args = parser.parse_args()
@@ -83,7 +89,8 @@ def main() -> None:
     for spec in specs:
         llm = load_llm(spec)  # no response cache: every reply is generated
         rate = prompt_rate(llm, args.tokens, args.repetitions)
-        run = episode(llm, dataset, args.agents, args.rounds, seed=0, conversation="memory", reuse=False)
+        run = episode(llm, dataset, args.agents, args.rounds, seed=0, conversation=args.conversation,
+                      reuse=args.conversation == "append")
         first_round[spec] = run["first_actions"]
         same = sum(first_round[spec][a] == first_round[args.llm].get(a) for a in first_round[spec])
         gap = rating_gap(llm)
@@ -99,7 +106,9 @@ def main() -> None:
                                    "x bundled", "episode CPU s", "evaluated tokens", "unusable",
                                    "same round-1 decisions", "rating gap"], floatfmt=".2f"))
     threads = os.environ.get("CTRLSIM_THREADS", "all CPUs")
-    print(f"\n{args.agents} probes x {args.rounds} rounds, threads {threads}; "
+    flags = {name: os.environ.get(name, "unset") for name in ("CTRLSIM_FLASH_ATTN", "CTRLSIM_KV_STREAMS")}
+    print(f"\n{args.agents} probes x {args.rounds} rounds, {args.conversation} conversations, {flags}, "
+          f"threads {threads}; "
           f"load average {os.getloadavg()[0]:.2f} after")
 
 

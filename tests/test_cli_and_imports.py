@@ -25,7 +25,8 @@ def test_info_lists_offline_resources(capsys):
 
 def test_info_table_and_data_summary(capsys):
     assert main(["info"]) == 0
-    assert "qwen2.5-1.5b" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "qwen2.5-1.5b" in out and "<name>@q4_0 or @q8_0" in out
     assert main(["data", "ml-100k"]) == 0
     out = capsys.readouterr().out
     assert "1682" in out and "100000" in out and "Film-Noir" in out

@@ -44,6 +44,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"\nDataset formats readable from a path: {', '.join(sorted(FORMATS))}")
     print("\nLLMs (bundled)")
     _print_table(models["llms"], ["name", "model", "available", "provided_by"])
+    from ctrlsim.backends.requantize import QUANT_TYPES
+
+    print(f"Any of them re-quantized by llama.cpp on first use: <name>@{' or @'.join(QUANT_TYPES)} "
+          "(e.g. qwen2.5-0.5b@q4_0; docs/performance.md)")
     print("\nText encoders (bundled)")
     _print_table(models["encoders"], ["name", "model", "available", "provided_by"])
     return 0
