@@ -111,9 +111,4 @@ def derived_llm_path(target: str, *, threads: int = 1) -> tuple[Path, str]:
     return path, sha
 
 
-def derived_names() -> list[str]:
-    """Every `name@type` spec a bundled model can be re-quantized to."""
-    return [f"{name}{SEPARATOR}{quant}" for name in BUNDLED_LLMS for quant in QUANT_TYPES]
-
-
-__all__ = ["QUANT_TYPES", "derived_llm_path", "derived_names", "split_derived"]
+__all__ = ["QUANT_TYPES", "derived_llm_path", "split_derived"]
