@@ -30,13 +30,12 @@ import os
 import time
 
 from llm_probe_throughput import episode  # benchmarks/ is the script's folder, so on sys.path
+from prompt_batch_ceiling import TEXT
 from tabulate import tabulate
 
 from ctrlsim.backends import load_llm
 from ctrlsim.data import load_dataset
 
-TEXT = ("The archive holds letters, maps and diaries from the expedition, catalogued by year and place. "
-        "Each box lists its contents on a card, and the cards are filed by the name of the writer. ") * 40
 SCIFI = ["Star Wars (1977), (Action, Adventure, Sci-Fi)", "Alien (1979), (Horror, Sci-Fi)",
          "The Matrix (1999), (Action, Sci-Fi)", "Blade Runner (1982), (Film-Noir, Sci-Fi)",
          "Star Trek: First Contact (1996), (Action, Adventure, Sci-Fi)"]

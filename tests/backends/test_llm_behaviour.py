@@ -1,23 +1,9 @@
 """Behaviour of the bundled LLMs through the common interface (llama.cpp runtime)."""
 import numpy as np
 import pytest
+from rating_items import ROMCOM, SCIFI, rating_prompt
 
 from ctrlsim.backends.llm import expected_rating, parse_first_number
-
-SCIFI = ["Star Wars (1977), (Action, Adventure, Sci-Fi)", "Alien (1979), (Horror, Sci-Fi)",
-         "The Matrix (1999), (Action, Sci-Fi)", "Blade Runner (1982), (Film-Noir, Sci-Fi)",
-         "Star Trek: First Contact (1996), (Action, Adventure, Sci-Fi)"]
-ROMCOM = ["Sleepless in Seattle (1993), (Comedy, Romance)", "Notting Hill (1999), (Comedy, Romance)",
-          "Pretty Woman (1990), (Comedy, Romance)", "While You Were Sleeping (1995), (Comedy, Romance)",
-          "French Kiss (1995), (Comedy, Romance)"]
-PROFILE = ("I love science fiction films: space battles, aliens, robots and the future. "
-           "I find romantic comedies boring and never watch them.")
-
-
-def rating_prompt(item):
-    return [{"role": "system", "content": "You are a movie recommender."},
-            {"role": "user", "content": f"User profile: {PROFILE}\n\nHow much would this user enjoy "
-                                        f"the movie {item}? Rate it from 0 (not at all) to 5 (very much)."}]
 
 
 @pytest.mark.llm

@@ -1,16 +1,13 @@
 """Bundled models re-quantized by llama.cpp (`name@q4_0`): spec grammar, the copy made once, its identity."""
 import hashlib
-import sys
 from pathlib import Path
 
 import pytest
+from rating_items import ROMCOM, SCIFI, rating_prompt
 
 from ctrlsim.backends.spec_check import check_llm_spec, llm_cache_uses
 from ctrlsim.backends.specs import load_llm
 from ctrlsim.errors import ConfigError
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_llm_behaviour import ROMCOM, SCIFI, rating_prompt  # noqa: E402
 
 
 def test_a_spec_names_a_copy_of_a_bundled_model_and_unknown_types_are_refused():
