@@ -1,4 +1,4 @@
-"""A bundled model against its re-quantized copies (`name@q4_0`, `name@q8_0`): speed and what changes.
+"""A bundled model against its converted copies (`name@q4_0`, `@q8_0`, `@bf16`): speed and what changes.
 
 Side by side in one run, for the bundled model and each copy (made by llama.cpp's quantizer on
 first use, `ctrlsim.backends.requantize`):
@@ -17,7 +17,9 @@ first use, `ctrlsim.backends.requantize`):
                     first round's prompts are identical, so this is how often the copy decides
                     as the original does on the same input;
   rating gap        mean 0-5 rating of five sci-fi films minus five romantic comedies for a
-                    sci-fi fan's profile (the check of tests/backends/test_llm_behaviour.py).
+                    sci-fi fan's profile (the check of tests/backends/test_llm_behaviour.py);
+  largest rating change  the largest difference between the copy's and the bundled model's rating
+                    of one of those ten items: how far the copy moves a single figure.
 
 The machine load is printed; take figures with nothing else running.
 
@@ -29,6 +31,7 @@ import argparse
 import os
 import time
 
+import numpy as np
 from llm_probe_throughput import episode  # benchmarks/ is the script's folder, so on sys.path
 from prompt_batch_ceiling import TEXT
 from tabulate import tabulate
@@ -46,13 +49,14 @@ PROFILE = ("I love science fiction films: space battles, aliens, robots and the 
            "I find romantic comedies boring and never watch them.")
 
 
-def rating_gap(llm) -> float:
+def ratings(llm) -> np.ndarray:
+    """The 0-5 ratings of the five sci-fi films, then the five romantic comedies, for the sci-fi fan."""
     def prompt(item: str) -> list[dict]:
         return [{"role": "system", "content": "You are a movie recommender."},
                 {"role": "user", "content": f"User profile: {PROFILE}\n\nHow much would this user enjoy the "
                                             f"movie {item}? Rate it from 0 (not at all) to 5 (very much)."}]
 
-    return float(llm.rate([prompt(i) for i in SCIFI]).mean() - llm.rate([prompt(i) for i in ROMCOM]).mean())
+    return np.asarray(llm.rate([prompt(i) for i in SCIFI + ROMCOM]), dtype=float)
 
 
 def prompt_rate(llm, tokens: int, repetitions: int) -> float:
@@ -72,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="qwen2.5-0.5b", help="a bundled model")
-    parser.add_argument("--types", default="q4_0,q8_0", help="copies to compare with it")
+    parser.add_argument("--types", default="q4_0,q8_0,bf16", help="copies to compare with it")
     parser.add_argument("--agents", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--conversation", default="memory", choices=["memory", "append"],
@@ -85,6 +89,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f} before", flush=True)
     rows: list[list] = []
     first_round: dict[str, dict] = {}
+    base_ratings: np.ndarray | None = None
     for spec in specs:
         llm = load_llm(spec)  # no response cache: every reply is generated
         rate = prompt_rate(llm, args.tokens, args.repetitions)
@@ -92,10 +97,13 @@ def main() -> None:
                       reuse=args.conversation == "append")
         first_round[spec] = run["first_actions"]
         same = sum(first_round[spec][a] == first_round[args.llm].get(a) for a in first_round[spec])
-        gap = rating_gap(llm)
+        rated = ratings(llm)
+        gap = float(rated[:len(SCIFI)].mean() - rated[len(SCIFI):].mean())
+        base_ratings = base_ratings if base_ratings is not None else rated
+        rating_change = float(np.abs(rated - base_ratings).max())
         size = f"{llm.model_path.stat().st_size / 2**20:.0f}"
         rows.append([spec, size, rate, run["seconds"], run["cpu_seconds"], run["evaluated"],
-                     run["unusable"], f"{same}/{len(first_round[spec])}", gap])
+                     run["unusable"], f"{same}/{len(first_round[spec])}", gap, rating_change])
         print(f"{spec}: {rate:.0f} prompt tokens/s (CPU), episode {run['seconds']:.0f} s wall, rating gap "
               f"{gap:+.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
         llm.close()
@@ -103,7 +111,8 @@ def main() -> None:
     table = [row[:3] + [row[2] / base_rate] + row[3:4] + [base_wall / row[3]] + row[4:] for row in rows]
     print(tabulate(table, headers=["model", "MiB", "prompt tokens/s (CPU)", "x bundled", "episode wall s",
                                    "x bundled", "episode CPU s", "evaluated tokens", "unusable",
-                                   "same round-1 decisions", "rating gap"], floatfmt=".2f"))
+                                   "same round-1 decisions", "rating gap",
+                                   "largest rating change"], floatfmt=".2f"))
     threads = os.environ.get("CTRLSIM_THREADS", "all CPUs")
     flags = {name: os.environ.get(name, "unset") for name in ("CTRLSIM_FLASH_ATTN", "CTRLSIM_KV_STREAMS")}
     print(f"\n{args.agents} probes x {args.rounds} rounds, {args.conversation} conversations, {flags}, "

@@ -152,6 +152,11 @@ class CacheUnavailableWarning(UserWarning):
     written; the run goes on with an in-memory cache only (nothing is stored between runs)."""
 
 
+class SlowKernelWarning(UserWarning):
+    """A model form chosen for speed has no fast kernel in this llama.cpp build (a BF16 copy on a
+    CPU or build without AVX512-BF16): it runs, correctly but slower than the original."""
+
+
 class DamagedRecordWarning(UserWarning):
     """A line of a run's records.jsonl is not a complete record (hand-edited or damaged): it is
     reported by line and its unit runs again; the line itself is left where it is."""

@@ -38,7 +38,8 @@ def check_llm_spec(spec: object, *, name: str = "llm") -> None:
 
     if split_derived(target) is not None:  # raises for an unknown quantization type
         if runtime not in (None, "llamacpp"):
-            raise ConfigError(f"{name}: {spec!r}: a re-quantized bundled model runs on llama.cpp only")
+            raise ConfigError(f"{name}: {spec!r}: a converted bundled model (name@type) runs on llama.cpp "
+                              "only")
         return
     path = Path(target).expanduser()
     looks_like_path = target.endswith(".gguf") or target.startswith(("/", ".", "~")) or path.exists()
@@ -68,5 +69,5 @@ def llm_cache_uses(spec: str | None) -> dict[str, str]:
     from ctrlsim.backends.requantize import split_derived
 
     if split_derived(target) is not None:
-        return {"models": f"the bundled LLM {target} (re-quantized once)"}
+        return {"models": f"the bundled LLM {target} (converted once)"}
     return {}

@@ -3,10 +3,10 @@
 Spec grammar: `[runtime:]target`
   runtime  llamacpp | transformers | vllm | openai   (optional)
   target   a bundled name (qwen2.5-1.5b, qwen2.5-0.5b, smollm2-135m), a bundled
-           name re-quantized by llama.cpp (`qwen2.5-0.5b@q4_0`, `@q8_0`:
+           name converted by llama.cpp (`qwen2.5-0.5b@bf16`, `@q4_0`, `@q8_0`:
            `ctrlsim.backends.requantize`), a GGUF file, a Hugging Face folder,
            a hub id, or (openai) a base URL with an optional "#model" suffix.
-Without a runtime: bundled names (re-quantized or not) and .gguf files use
+Without a runtime: bundled names (converted or not) and .gguf files use
 llama.cpp, http(s) URLs the OpenAI-compatible client, folders and hub ids
 transformers.
 """
@@ -128,7 +128,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
     threads = threads or default_threads()
     derived = split_derived(target)
     if derived is not None and runtime not in (None, "llamacpp"):
-        raise ConfigError(f"{spec!r}: a re-quantized bundled model runs on llama.cpp only")
+        raise ConfigError(f"{spec!r}: a converted bundled model (name@type) runs on llama.cpp only")
     if runtime is None:
         if target in BUNDLED_LLMS or derived is not None or target.endswith(".gguf"):
             runtime = "llamacpp"

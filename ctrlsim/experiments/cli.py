@@ -46,8 +46,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     _print_table(models["llms"], ["name", "model", "available", "provided_by"])
     from ctrlsim.backends.requantize import QUANT_TYPES
 
-    print(f"Any of them re-quantized by llama.cpp on first use: <name>@{' or @'.join(QUANT_TYPES)} "
-          "(e.g. qwen2.5-0.5b@q4_0; docs/performance.md)")
+    print(f"Any of them converted by llama.cpp on first use: <name>@{' or @'.join(QUANT_TYPES)} "
+          "(e.g. qwen2.5-0.5b@bf16; docs/performance.md)")
     print("\nText encoders (bundled)")
     _print_table(models["encoders"], ["name", "model", "available", "provided_by"])
     return 0

@@ -1,5 +1,6 @@
-"""Bundled models re-quantized by llama.cpp (`name@q4_0`): spec grammar, the copy made once, its identity."""
+"""Bundled models converted by llama.cpp (`name@q4_0`, `@bf16`): spec grammar, a copy made once, identity."""
 import hashlib
+import warnings
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,7 @@ from rating_items import ROMCOM, SCIFI, rating_prompt
 
 from ctrlsim.backends.spec_check import check_llm_spec, llm_cache_uses
 from ctrlsim.backends.specs import load_llm
-from ctrlsim.errors import ConfigError
+from ctrlsim.errors import ConfigError, SlowKernelWarning
 
 
 def test_a_spec_names_a_copy_of_a_bundled_model_and_unknown_types_are_refused():
@@ -15,7 +16,8 @@ def test_a_spec_names_a_copy_of_a_bundled_model_and_unknown_types_are_refused():
 
     assert split_derived("qwen2.5-0.5b@q4_0") == ("qwen2.5-0.5b", "q4_0")
     assert split_derived("smollm2-135m@q8_0") == ("smollm2-135m", "q8_0")
-    # An '@' elsewhere (a path, a hub id) is not a re-quantized bundled model.
+    assert split_derived("qwen2.5-0.5b@bf16") == ("qwen2.5-0.5b", "bf16")
+    # An '@' elsewhere (a path, a hub id) is not a converted bundled model.
     assert split_derived("/models/qwen@q4_0.gguf") is None and split_derived("org/name@main") is None
     assert split_derived("qwen2.5-0.5b") is None
     with pytest.raises(ConfigError, match=r"unknown quantization 'q3_k'.*qwen2\.5-0\.5b@q4_0"):
@@ -83,3 +85,38 @@ def test_the_q4_0_copy_of_qwen_runs_under_its_own_identity_and_still_rates_by_th
     finally:
         copy.close()
         base.close()
+
+
+@pytest.mark.llm
+def test_a_bf16_copy_keeps_the_ratings_where_a_q4_0_copy_moves_them(tmp_path, monkeypatch, llm_or_skip):
+    """BF16 holds the bundled 4- and 5-bit weights almost exactly (an 8-bit mantissa per weight), so
+    the copy rates as the original does up to rounding; Q4_0 re-quantizes them and moves ratings more."""
+    import llama_cpp
+
+    from ctrlsim.backends import requantize
+
+    base = llm_or_skip("smollm2-135m", threads=1)
+    monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path))
+    prompts = [rating_prompt(item) for item in SCIFI + ROMCOM]
+    try:
+        bf16_path, _ = requantize.derived_llm_path("smollm2-135m@bf16")
+        assert _file_type(bf16_path) == llama_cpp.LLAMA_FTYPE_MOSTLY_BF16
+        with monkeypatch.context() as patched:  # a build without the BF16 dot products says so, loudly
+            patched.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : AVX2 = 1 | AVX512 = 1 |")
+            with pytest.warns(SlowKernelWarning, match="no AVX512-BF16"):
+                assert requantize.derived_llm_path("smollm2-135m@bf16")[0] == bf16_path
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", SlowKernelWarning)
+                requantize.derived_llm_path("smollm2-135m@q4_0")  # other types have no such need
+        original = base.rate(prompts)
+        change = {}
+        for quant in ("bf16", "q4_0"):
+            copy = llm_or_skip(f"smollm2-135m@{quant}", threads=1)
+            try:
+                assert copy.identity["model"] == f"smollm2-135m@{quant}"
+                change[quant] = float(abs(copy.rate(prompts) - original).max())
+            finally:
+                copy.close()
+    finally:
+        base.close()
+    assert change["bf16"] < 0.1 and change["bf16"] < change["q4_0"] / 2, change
