@@ -54,6 +54,13 @@ def split_derived(target: str) -> tuple[str, str] | None:
     return name, quant
 
 
+def require_llamacpp(spec: str, runtime: str | None, *, where: str = "") -> None:
+    """A `ConfigError` (its message prefixed by `where`) when a converted bundled model is asked of
+    a runtime other than llama.cpp: the copies are GGUF files only llama.cpp reads."""
+    if runtime not in (None, "llamacpp"):
+        raise ConfigError(f"{where}{spec!r}: a converted bundled model (name@type) runs on llama.cpp only")
+
+
 def _marker(path: Path) -> Path:
     return path.with_name(f"{path.name}.derived.json")
 
@@ -135,4 +142,4 @@ def derived_llm_path(target: str, *, threads: int = 1) -> tuple[Path, str]:
     return path, sha
 
 
-__all__ = ["QUANT_TYPES", "derived_llm_path", "has_bf16_kernels", "split_derived"]
+__all__ = ["QUANT_TYPES", "derived_llm_path", "has_bf16_kernels", "require_llamacpp", "split_derived"]

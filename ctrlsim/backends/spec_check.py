@@ -34,12 +34,10 @@ def check_llm_spec(spec: object, *, name: str = "llm") -> None:
         raise ConfigError(f"{name}: the openai runtime needs an http(s) URL, got {spec!r}")
     if target in BUNDLED_LLMS:
         return
-    from ctrlsim.backends.requantize import split_derived
+    from ctrlsim.backends.requantize import require_llamacpp, split_derived
 
     if split_derived(target) is not None:  # raises for an unknown quantization type
-        if runtime not in (None, "llamacpp"):
-            raise ConfigError(f"{name}: {spec!r}: a converted bundled model (name@type) runs on llama.cpp "
-                              "only")
+        require_llamacpp(spec, runtime, where=f"{name}: ")
         return
     path = Path(target).expanduser()
     looks_like_path = target.endswith(".gguf") or target.startswith(("/", ".", "~")) or path.exists()

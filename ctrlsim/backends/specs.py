@@ -19,7 +19,7 @@ from ctrlsim.backends.bundled import BUNDLED_LLMS, DEFAULT_LLM, bundled_llm_path
 from ctrlsim.backends.cache import ResponseCache
 from ctrlsim.backends.llm import LLM
 from ctrlsim.backends.meter import TokenMeter
-from ctrlsim.backends.requantize import derived_llm_path, split_derived
+from ctrlsim.backends.requantize import derived_llm_path, require_llamacpp, split_derived
 from ctrlsim.errors import ConfigError, ModelNotFoundError
 
 RUNTIMES = ("llamacpp", "transformers", "vllm", "openai")
@@ -127,8 +127,8 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
         cache = ResponseCache(cache)
     threads = threads or default_threads()
     derived = split_derived(target)
-    if derived is not None and runtime not in (None, "llamacpp"):
-        raise ConfigError(f"{spec!r}: a converted bundled model (name@type) runs on llama.cpp only")
+    if derived is not None:
+        require_llamacpp(spec, runtime)
     if runtime is None:
         if target in BUNDLED_LLMS or derived is not None or target.endswith(".gguf"):
             runtime = "llamacpp"
