@@ -29,6 +29,7 @@ import argparse
 import os
 import time
 
+from prompt_batch_ceiling import SENTENCES  # benchmarks/ is the script's folder, so on sys.path
 from tabulate import tabulate
 
 from ctrlsim.backends import load_llm
@@ -37,14 +38,12 @@ TOPICS = ("a lighthouse keeper", "a chess club", "a desert train", "a night mark
           "a village baker", "a radio station", "a lost violin", "a mountain school", "an old ferry",
           "a museum guard", "a river pilot", "a tea farm", "a clock repairer", "a subway choir",
           "a kite festival")
-PADDING = ("The archive holds letters, maps and diaries from the expedition, catalogued by year and place. "
-           "Each box lists its contents on a card, and the cards are filed by the name of the writer. ")
 
 
 def conversations(count: int, context: int, tokenize) -> list[list[dict]]:
     """`count` distinct story requests of about `context` prompt tokens each."""
-    per_padding = max(1, len(tokenize(PADDING)))
-    notes = PADDING * max(0, (context - 40) // per_padding)
+    per_padding = max(1, len(tokenize(SENTENCES)))
+    notes = SENTENCES * max(0, (context - 40) // per_padding)
     return [[{"role": "user",
               "content": f"Notes:\n{notes}\nWrite a long, detailed story about {TOPICS[n % len(TOPICS)]} "
                          f"(draft {n}). Use many sentences."}] for n in range(count)]
@@ -88,10 +87,11 @@ def main() -> None:
             row = {"model": spec, "width": width, **decode_cost(llm, prompts, args.tokens)}
             rows.append(row)
             print({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
-            del llm
+            identity = llm.identity
+            llm.close()
 
-    print(f"\nthreads={os.environ.get('CTRLSIM_THREADS', 'default')} "
-          f"flash_attn={os.environ.get('CTRLSIM_FLASH_ATTN', '0')} kv_streams=1 n_ctx={n_ctx}")
+    print(f"\nthreads={identity['threads']} flash_attn={identity.get('flash_attn', False)} "
+          f"kv_streams={identity.get('kv_streams', False)} n_ctx={n_ctx}")
     print(tabulate(rows, headers="keys", tablefmt="github", floatfmt=".2f"))
     narrow = widths[0]
     for spec in args.llm.split(","):

@@ -26,8 +26,9 @@ from tabulate import tabulate
 
 from ctrlsim.backends import load_llm
 
-TEXT = ("The archive holds letters, maps and diaries from the expedition, catalogued by year and place. "
-        "Each box lists its contents on a card, and the cards are filed by the name of the writer. ") * 40
+SENTENCES = ("The archive holds letters, maps and diaries from the expedition, catalogued by year and place. "
+             "Each box lists its contents on a card, and the cards are filed by the name of the writer. ")
+TEXT = SENTENCES * 40
 
 
 def main() -> None:
