@@ -177,13 +177,18 @@ def play_episode(spec: EpisodeSpec, population, recommender, target_items: froze
         found = {i for per_round in _counted(trace) for r in per_round for i in r if i in target_items}
         bar.set_postfix(coverage=f"{len(found) / max(len(target_items), 1):.1%}")
 
+    from .validity import run_checks
+
+    checks = run_checks(population, recommender.dataset, target_items=target_items, target_name=spec.target,
+                        target_tags=spec.tags, seed=spec.seed, slate_size=spec.slate_size, budget=spec.rounds,
+                        llm=llm, settings=settings, like_prob=spec.like_prob)
     try:
         trace = play_population(env, population, seed=spec.seed, target=spec.tags, llm=llm,
                                 settings=settings, like_prob=spec.like_prob, meter=meter, on_round=tick)
     finally:
         bar.close()
     record = episode_record(spec, population, trace, target_items, recommender, llm,
-                            seconds=time.perf_counter() - started)
+                            seconds=time.perf_counter() - started, checks=checks, settings=settings)
     usage = meter.total
     if usage.unknown_calls:  # the curves' tokens hold only the reported counts: a lower bound
         record["tokens_unknown"] = {"calls": usage.unknown_calls, "of": usage.calls}
@@ -206,8 +211,62 @@ def _fallback_counts(population) -> dict[str, int | None]:
     }
 
 
+def validity_record(population, trace, target_items: frozenset, dataset, checks: dict, *,
+                    seed: int) -> dict[str, Any]:
+    """The episode's validity: the fixed checks' decisions (so anyone can recompute the card), the
+    decisions on the box's own slates, and this episode's adherence, fidelity AUC and relevance
+    share, each with a cluster-bootstrap interval over its probes (`ctrlsim.metrics.validity`)."""
+    from ctrlsim.metrics import validity as V
+
+    from .validity import relevant_like
+
+    def estimate(e) -> dict:
+        return {"value": _finite(e.value), "low": _finite(e.low), "high": _finite(e.high), "n": e.n}
+
+    by_id = {p.probe_id: p for p in population.personas}
+    slates = [{"probe": p.probe_id, "item": i, "target": i in target_items, "liked": i in set(r["liked"])}
+              for p in trace.probes for r in p.rounds if r["source"] == SOURCE_RECOMMENDER for i in r["slate"]]
+    likes = [{"probe": d["probe"], "relevant": relevant_like(dataset, by_id[d["probe"]], d["item"])}
+             for d in slates if d["liked"] and d["probe"] in by_id]
+    check, fidelity = checks["check"], checks["fidelity_check"]
+    adherence = V.adherence_card([d["probe"] for d in check], [d["target"] for d in check],
+                                 [d["liked"] for d in check], seed=seed)
+    on_slates = V.adherence_card([d["probe"] for d in slates], [d["target"] for d in slates],
+                                 [d["liked"] for d in slates], seed=seed)
+    rated = [d for d in fidelity if d["rating"] >= 4 or d["rating"] <= 2]
+    auc = V.fidelity_auc([d["probe"] for d in rated], [d["rating"] >= 4 for d in rated],
+                         [float(d["liked"]) for d in rated], seed=seed)
+    relevance = V.share_ci([d["probe"] for d in likes], [d["relevant"] for d in likes], seed=seed)
+    per_probe: dict[str, dict[str, int]] = {}
+    for d in slates:
+        counts = per_probe.setdefault(d["probe"], {"probe": d["probe"], "target_shown": 0, "target_liked": 0,
+                                                   "other_shown": 0, "other_liked": 0})
+        kind = "target" if d["target"] else "other"
+        counts[f"{kind}_shown"] += 1
+        counts[f"{kind}_liked"] += int(d["liked"])
+    return {"adherence": estimate(adherence.adherence), "slate_adherence": estimate(on_slates.adherence),
+            "slate_counts": {"target": on_slates.n_target, "other": on_slates.n_other,
+                             "target_liked": sum(d["liked"] for d in slates if d["target"]),
+                             "other_liked": sum(d["liked"] for d in slates if not d["target"])},
+            "slate_decisions": list(per_probe.values()),
+            "fidelity_auc": estimate(auc),
+            "relevance": estimate(relevance) | {"likes": len(likes), "relevant": sum(d["relevant"] for d in likes)},
+            "check": check, "fidelity_check": fidelity,
+            "check_tokens": checks["check_tokens"], "check_parse_failures": checks["check_parse_failures"],
+            "check_failed_probes": checks["check_failed_probes"]}
+
+
+def _decision(population, settings) -> dict | None:
+    """How an LLM population decided (head and threshold); None for scripted and learned probes."""
+    if population.policy != "llm":
+        return None
+    from .llm_probe import DecisionSettings, decision_identity
+
+    return decision_identity(settings if settings is not None else DecisionSettings())
+
+
 def episode_record(spec: EpisodeSpec, population, trace, target_items: frozenset, recommender, llm, *,
-                   seconds: float) -> dict[str, Any]:
+                   seconds: float, checks: dict | None = None, settings=None) -> dict[str, Any]:
     """The stored record: per-round curves, per-probe results and rounds, costs and identities."""
     from ctrlsim.agents.methods import policy_name
 
@@ -246,9 +305,12 @@ def episode_record(spec: EpisodeSpec, population, trace, target_items: frozenset
         "personas": [x.to_dict() for x in population.personas],
         "probes": probes,
         "llm": llm.identity if llm is not None else None,
+        "decision": _decision(population, settings),
         "box": recommender.identity,
         "timing": {"seconds": round(seconds, 2)},
     }
+    if checks is not None:
+        record["validity"] = validity_record(population, trace, target_items, dataset, checks, seed=spec.seed)
     if getattr(population, "setup_unknown_calls", 0):  # setup_tokens is then a lower bound
         record["setup_tokens_unknown"] = population.setup_unknown_calls
     if spec.task == "profile-shaping":

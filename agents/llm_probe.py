@@ -25,6 +25,7 @@ Tokens: each reply's prompt and completion tokens are charged to the probe's sta
 """
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -34,7 +35,7 @@ import numpy as np
 from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset, item_text
 from ctrlsim.errors import PROBE_FAILURES, ConfigError, LLMOutputError
-from ctrlsim.seeding import derive_seed
+from ctrlsim.seeding import derive_rng, derive_seed
 
 from . import prompts
 from .persona import Persona
@@ -44,6 +45,14 @@ SKIP_REPLY = '{"like": [], "search": ""}'  # the decision taken without asking w
 
 PROMPT_VARIANTS = ("default", "logic")
 CONVERSATION_MODES = ("memory", "append")
+# How a probe turns a slate into likes (issue 42): "json" generates `{"like": [...]}` (the paper-like
+# setting); "yesno" asks one yes/no question per item and reads P(yes) from the next-token
+# probabilities; "twostep" asks two per item (fits the persona? one of the goal's items?) and likes
+# an item when both pass. docs/probe-validity.md has the measurements that chose the default.
+DECISION_HEADS = ("json", "yesno", "twostep")
+DEFAULT_DECISION = "twostep"
+DEFAULT_THRESHOLD = 0.4  # P(yes) at or above which a question head likes an item; chosen on dev targets for qwen2.5-0.5b twostep (benchmarks/probe_validity.py)
+ANSWERS = ("yes", "no")
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,13 @@ class DecisionSettings:
                     the probe then sees every earlier slate and its own JSON replies, not a summary.
     append_rounds:  rounds an appended conversation holds before it starts again as a memory-style
                     prompt (keeps prompts within the context; the restart re-evaluates one prompt).
+    decision:       the decision head, one of `DECISION_HEADS`: "json" (one generated reply per slate)
+                    or a question head ("yesno", "twostep": yes/no questions per item read from the
+                    next-token probabilities, no generation; no search; "memory" conversations).
+    threshold:      a question head likes an item when P(yes) >= threshold (each question's, for
+                    "twostep"). At temperature T > 0 it likes with probability
+                    sigmoid((logit P(yes) - logit threshold) / T) instead, seeded per round, probe
+                    and item, which tends to the threshold rule as T -> 0.
     """
 
     memory_rounds: int = 2
@@ -79,8 +95,11 @@ class DecisionSettings:
     allow_search: bool = True
     conversation: str = "memory"
     append_rounds: int = 10
+    decision: str = "json"
+    threshold: float = DEFAULT_THRESHOLD
 
     def __post_init__(self):
+        check_decision(self.decision, self.threshold, conversation=self.conversation)
         if self.conversation not in CONVERSATION_MODES:
             raise ConfigError(f"conversation must be one of {CONVERSATION_MODES}, got {self.conversation!r}")
         if self.append_rounds < 1:
@@ -92,6 +111,30 @@ class DecisionSettings:
         if self.temperature < 0 or self.max_tokens < 8:
             raise ConfigError(f"temperature must be >= 0 and max_tokens >= 8, got {self.temperature}, "
                               f"{self.max_tokens}")
+
+
+def check_decision(decision: str, threshold: float, *, allow_search: bool = False,
+                   conversation: str = "memory") -> None:
+    """A `ConfigError` for an unknown head, a threshold outside (0, 1), or a question head asked to
+    search or to append conversations, before any model loads. (`DecisionSettings` itself lets a
+    question head carry `allow_search=True`, its default: such a head simply never searches; the
+    runners' configs, where a user asks for search, refuse the combination.)"""
+    if decision not in DECISION_HEADS:
+        raise ConfigError(f"decision must be one of {DECISION_HEADS}, got {decision!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+            or not 0.0 < float(threshold) < 1.0:
+        raise ConfigError(f"decision threshold must be a probability strictly between 0 and 1, got {threshold!r}")
+    if decision != "json" and allow_search:
+        raise ConfigError(f"decision {decision!r} asks yes/no questions and has no search tool; "
+                          "use --decision json to allow search")
+    if decision != "json" and conversation != "memory":
+        raise ConfigError(f"decision {decision!r} needs conversation 'memory' (got {conversation!r})")
+
+
+def decision_identity(settings: "DecisionSettings") -> dict:
+    """The decision head and its threshold, as records, configs and cache keys name them."""
+    return {"decision": settings.decision,
+            "threshold": None if settings.decision == "json" else float(settings.threshold)}
 
 
 # The evaluation setting every Task 1-3 score is measured under, shared by `ctrlsim ctrlbench`
@@ -163,11 +206,15 @@ class LLMPopulationPolicy:
             goal = prompts.GOAL_VISIBLE.format(target=" / ".join(self.target), **self.nouns)
         if self.settings.prompt_variant == "logic":
             goal += prompts.GOAL_LOGIC.format(**self.nouns)
+        if self.settings.decision != "json":
+            return prompts.DECISION_SYSTEM_QUESTIONS.format(goal=goal, slate_size=slate_size,
+                                                            answer_format=prompts.ANSWER_FORMAT, **self.nouns)
         template = prompts.DECISION_SYSTEM if self.settings.allow_search \
             else prompts.DECISION_SYSTEM_NO_SEARCH
         return template.format(goal=goal, slate_size=slate_size, **self.nouns)
 
-    def user_text(self, probe: LLMProbe, info: Mapping, budget: int) -> str:
+    def user_text(self, probe: LLMProbe, info: Mapping, budget: int,
+                  template: str = prompts.DECISION_USER) -> str:
         persona = probe.persona
         behaviour = "; ".join(display_item(self.dataset, i) for i in persona.behaviour) or "none yet"
         memory = ""
@@ -180,7 +227,7 @@ class LLMPopulationPolicy:
                 for m in probe.memory)
         slate = "\n".join(f"{n}. {display_item(self.dataset, i)}"
                           for n, i in enumerate(info["slate_item_ids"], start=1)) or "(nothing)"
-        return prompts.DECISION_USER.format(
+        return template.format(
             name=persona.name, bio=persona.bio, interests=", ".join(persona.interests) or "-",
             behaviour=behaviour, memory=memory, round=int(info["round"]) + 1, budget=budget,
             source=info.get("slate_source", "recommender"), slate=slate, **self.nouns)
@@ -211,6 +258,8 @@ class LLMPopulationPolicy:
         if not agents:
             return {}, {}
         round_no = int(infos[agents[0]]["round"])
+        if self.settings.decision != "json":
+            return self._act_questions(agents, infos, slate_size, budget, round_no)
         actions = {}
         convs = {a: self.conversation(a, infos[a], slate_size, budget) for a in agents}
         for agent in [a for a in agents if not infos[a]["slate_item_ids"]]:
@@ -227,6 +276,92 @@ class LLMPopulationPolicy:
             actions[agent] = self._decide(agent, completion.text, infos[agent], slate_size)
             self._append_turn(agent, convs[agent], completion.text)
         return actions, failed
+
+    # ------------------------------------------------------------------ question heads
+    def questions(self, agent: str, info: Mapping, slate_size: int, budget: int) -> list[list[dict]]:
+        """The head's yes/no conversations for `agent`'s slate, item by item (for "twostep" the fit
+        question, then the goal question where the goal is shown): all share one prefix."""
+        probe = self.probes[agent]
+        system = {"role": "system", "content": self.system_text(slate_size)}
+        context = self.user_text(probe, info, budget, prompts.DECISION_CONTEXT)
+        asks = self._question_templates()
+        target = " / ".join(self.target)
+        out = []
+        for n, item in enumerate(info["slate_item_ids"], start=1):
+            text = display_item(self.dataset, item)
+            for ask in asks:
+                question = ask.format(position=n, item=text, target=target, **self.nouns)
+                out.append([system, {"role": "user", "content": context + question}])
+        return out
+
+    def _question_templates(self) -> tuple[str, ...]:
+        if self.settings.decision == "yesno":
+            return (prompts.QUESTION_LIKE,)
+        goal_shown = self.settings.target_visible and bool(self.target)
+        return (prompts.QUESTION_FIT, prompts.QUESTION_GOAL) if goal_shown else (prompts.QUESTION_FIT,)
+
+    def _act_questions(self, agents: list[str], infos: Mapping[str, dict], slate_size: int, budget: int,
+                       round_no: int) -> tuple[dict[str, dict], dict[str, str]]:
+        """Each live probe's questions in one `choose` call of its own: its questions share its whole
+        context (persona, goal, memory, slate), which one batch across probes would share only up to
+        the system text; a probe whose call fails with a probe failure is reported."""
+        actions: dict[str, dict] = {}
+        failed: dict[str, str] = {}
+        purpose = decision_identity(self.settings)
+        for a in agents:
+            convs = self.questions(a, infos[a], slate_size, budget)
+            try:
+                reading = self.llm.choose(convs, choices=ANSWERS, purpose=purpose) if convs else None
+            except PROBE_FAILURES as exc:
+                failed[a] = f"LLM call failed: {type(exc).__name__}: {exc}"
+                continue
+            p_yes = reading.probabilities[:, 0] if reading is not None else np.empty(0)
+            if reading is not None:
+                tokens = reading.prompt_tokens
+                self.meter.add(None if any(t is None for t in tokens) else sum(tokens), len(tokens),
+                               key=self.probes[a].persona.probe_id, cached=all(reading.cached))
+            actions[a] = self._decide_questions(a, np.asarray(p_yes, dtype=float), infos[a], slate_size,
+                                                round_no)
+        return actions, failed
+
+    def question_likes(self, p_yes: np.ndarray, n_items: int, draws: np.ndarray | None = None) -> np.ndarray:
+        """Liked flags per item from the head's P(yes) (item-major; "twostep": fit then goal per item):
+        P(yes) >= threshold for every question of the item, or at T > 0 a draw per question under
+        sigmoid((logit P - logit threshold) / T)."""
+        per_item = np.asarray(p_yes, dtype=float).reshape(n_items, -1) if n_items else np.empty((0, 1))
+        if draws is None or self.settings.temperature <= 0:
+            passed = per_item >= self.settings.threshold
+        else:
+            logit = np.log(np.clip(per_item, 1e-12, 1.0)) - np.log(np.clip(1.0 - per_item, 1e-12, 1.0))
+            edge = np.log(self.settings.threshold) - np.log1p(-self.settings.threshold)
+            passed = draws.reshape(per_item.shape) < 1.0 / (1.0 + np.exp(-(logit - edge) / self.settings.temperature))
+        return passed.all(axis=1) & np.isfinite(per_item).all(axis=1)
+
+    def _decide_questions(self, agent: str, p_yes: np.ndarray, info: Mapping, slate_size: int,
+                          round_no: int) -> dict:
+        probe = self.probes[agent]
+        shown_ids = list(info["slate_item_ids"])
+        probe.decisions += 1
+        draws = None
+        if self.settings.temperature > 0 and p_yes.size:
+            draws = derive_rng(self.seed, "question-draws", round_no, probe.persona.probe_id).random(p_yes.size)
+        liked = self.question_likes(p_yes, len(shown_ids), draws)
+        if p_yes.size and not np.isfinite(p_yes).all():  # no mass on yes or no: that item is not liked
+            probe.parse_failures += 1
+            if len(probe.failure_examples) < self.MAX_EXAMPLES:
+                probe.failure_examples.append("no probability on 'yes' or 'no' for some question")
+        kinds = [q for q in ("like", "fit", "goal")
+                 if {"like": prompts.QUESTION_LIKE, "fit": prompts.QUESTION_FIT,
+                     "goal": prompts.QUESTION_GOAL}[q] in self._question_templates()]
+        per_item = p_yes.reshape(len(shown_ids), -1) if shown_ids else np.empty((0, len(kinds)))
+        probe.replies[int(info["round"]) + 1] = json.dumps(
+            {f"p_{kind}": [float(x) if np.isfinite(x) else None for x in per_item[:, k]]
+             for k, kind in enumerate(kinds)})
+        decision = Decision(tuple(int(i) for i in np.flatnonzero(liked)))
+        self._remember(probe, info, shown_ids, decision)
+        likes = np.zeros(slate_size, dtype=np.int8)
+        likes[list(decision.likes)] = 1
+        return {"likes": likes, "query": ""}
 
     def _append_turn(self, agent: str, conversation: list[dict], reply: str) -> None:
         """"append" mode: the round's prompt and the probe's reply become its conversation so far."""

@@ -81,6 +81,20 @@ DECISION_SYSTEM_NO_SEARCH = (
     + 'Reply with one JSON object and nothing else, for example {{"like": [2]}}. "like" lists the numbers '
     "of the {domain} you like ([] to skip)."
 )
+# The question heads (below): no search tool, no JSON; the answer is one word per question.
+DECISION_SYSTEM_QUESTIONS = _DECISION_ROLE + _DECISION_RULES + "{answer_format}"
+
+# Decision heads that read next-token probabilities (`DecisionSettings.decision`, issue 42): one
+# question per slate item, answered "yes" or "no". The conversation is the JSON head's, with the reply
+# format replaced by the question, so every item's question shares the persona, goal, memory and
+# slate prefix and only the last line differs. "yesno" asks one question; "twostep" asks whether the
+# item fits the persona and, separately, whether liking it moves toward the goal.
+ANSWER_FORMAT = "Answer each question with yes or no."
+QUESTION_LIKE = "\nQuestion: do you like {domain_singular} {position}, {item}? Answer yes or no."
+QUESTION_FIT = ("\nQuestion: does {domain_singular} {position}, {item}, fit your persona and interests? "
+                "Answer yes or no.")
+QUESTION_GOAL = ("\nQuestion: is {domain_singular} {position}, {item}, one of the {target} {domain} of your "
+                 "goal? Answer yes or no.")
 
 # The task goal (Appendix B: the policy is conditioned on the target set T). Shown by default;
 # `target_visible=False` leaves it out (the reference code never shows it; the paper's Task 2/3
@@ -100,14 +114,14 @@ GOAL_LOGIC = (
 
 # The per-probe part (user message): persona (§3.2 static profile), short-term memory of the last
 # M rounds (§3.2 dynamic memory, Appendix D.2), then the current list L_t.
-DECISION_USER = (
+DECISION_CONTEXT = (
     "Your persona: {name}. {bio}\n"
     "Your interests: {interests}\n"
     "{domain_title} you liked before: {behaviour}\n"
     "{memory}"
-    "Round {round} of {budget}. The website now shows ({source}):\n{slate}\n"
-    "Which do you like?"
+    "Round {round} of {budget}. The website now shows ({source}):\n{slate}"
 )
+DECISION_USER = DECISION_CONTEXT + "\nWhich do you like?"
 
 # "append" conversations (DecisionSettings.conversation): each later round is one more user turn
 # after the probe's own earlier replies, so only the round and the slate are new text.

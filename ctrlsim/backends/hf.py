@@ -12,7 +12,15 @@ import numpy as np
 
 from ctrlsim.backends._torch import default_device, import_torch, torch_threads
 from ctrlsim.backends.hub import resolve_model
-from ctrlsim.backends.llm import LLM, Completion, Conversation, DigitScores, GenerationParams, digit_token_ids
+from ctrlsim.backends.llm import (
+    LLM,
+    Completion,
+    Conversation,
+    DigitScores,
+    GenerationParams,
+    choice_token_ids,
+    digit_token_ids,
+)
 from ctrlsim.errors import MissingDependencyError, ModelError, ModelNotFoundError
 from ctrlsim.lazy import lazy
 
@@ -120,8 +128,17 @@ class TransformersLLM(LLM):
         return out
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
-        torch = import_torch()
         self._weights  # noqa: B018 - loads the model: the digit ids come with its tokenizer
+        return self._scores_at_prefix(conversations, prefix, self._digit_ids)
+
+    def _choice_logprobs(self, conversations: list[Conversation], prefix: str,
+                         choices: tuple[str, ...]) -> list[DigitScores]:
+        ids = choice_token_ids(lambda t: self.tokenizer.encode(t, add_special_tokens=False), choices)
+        return self._scores_at_prefix(conversations, prefix, ids)
+
+    def _scores_at_prefix(self, conversations: list[Conversation], prefix: str,
+                          token_ids: list[list[int]]) -> list[DigitScores]:
+        torch = import_torch()
         texts = [self.render(c, prefix) for c in conversations]
         out: list[DigitScores] = []
         with torch_threads(self.threads), torch.inference_mode():
@@ -129,6 +146,6 @@ class TransformersLLM(LLM):
                 logits = self.model(**enc).logits[:, -1, :].float()
                 logp = torch.log_softmax(logits, dim=-1).cpu().numpy()
                 for row, mask in zip(logp, enc["attention_mask"]):
-                    digit = np.array([np.logaddexp.reduce(row[ids]) for ids in self._digit_ids])
-                    out.append(DigitScores(digit, int(mask.sum())))
+                    scores = np.array([np.logaddexp.reduce(row[ids]) for ids in token_ids])
+                    out.append(DigitScores(scores, int(mask.sum())))
         return out

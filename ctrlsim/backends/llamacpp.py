@@ -29,6 +29,7 @@ from ctrlsim.backends.llm import (
     Conversation,
     DigitScores,
     GenerationParams,
+    choice_token_ids,
     digit_logprobs_from_logits,
     digit_token_ids,
 )
@@ -113,6 +114,7 @@ class LlamaCppLLM(LLM):
         self._finalizer = weakref.finalize(self, _release, self._open)
         self._sequential_evaluated = 0
         self._grammars: dict[str, object] = {}  # schema JSON text -> LlamaGrammar (compiled once)
+        self._choice_ids: dict[tuple[str, ...], list[list[int]]] = {}  # answer words -> their token ids
 
     @property
     def identity(self) -> dict:
@@ -297,6 +299,20 @@ class LlamaCppLLM(LLM):
 
     # ------------------------------------------------------------------ rating
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
+        return self._scores_at_prefix(conversations, prefix, lambda: self._digit_ids)
+
+    def _choice_logprobs(self, conversations: list[Conversation], prefix: str,
+                         choices: tuple[str, ...]) -> list[DigitScores]:
+        def ids():
+            if choices not in self._choice_ids:
+                llm = self._llm
+                self._choice_ids[choices] = choice_token_ids(
+                    lambda t: llm.tokenize(t.encode(), add_bos=False, special=False), choices)
+            return self._choice_ids[choices]
+        return self._scores_at_prefix(conversations, prefix, ids)
+
+    def _scores_at_prefix(self, conversations: list[Conversation], prefix: str, token_ids) -> list[DigitScores]:
+        """Log-probs of the `token_ids()` groups at the position after each conversation + `prefix`."""
         if not conversations:
             return []
         token_lists = [self.tokenize(self.render(conv, prefix)) for conv in conversations]
@@ -308,7 +324,8 @@ class LlamaCppLLM(LLM):
             rows = [None] * len(token_lists)
             for i in order:
                 rows[i] = self._last_logits_sequential(token_lists[i])
-        return [DigitScores(digit_logprobs_from_logits(row, self._digit_ids), len(tokens))
+        groups = token_ids()
+        return [DigitScores(digit_logprobs_from_logits(row, groups), len(tokens))
                 for row, tokens in zip(rows, token_lists)]
 
     def _last_logits_sequential(self, tokens: list[int]) -> np.ndarray:

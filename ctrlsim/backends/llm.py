@@ -170,6 +170,36 @@ def digit_token_ids(tokenize, digits=RATING_DIGITS) -> list[list[int]]:
     return ids
 
 
+def choice_token_ids(tokenize, choices: Sequence[str]) -> list[list[int]]:
+    """Token ids that spell each answer word on its own: as given, capitalised, and with a leading
+    space (a yes/no answer arrives as "Yes", " yes", ...); a word no variant spells as one token is an
+    error, so a reading never silently drops an answer."""
+    ids = []
+    for word in choices:
+        variants = set()
+        for form in {word, word.lower(), word.capitalize()}:
+            for text in (form, " " + form):
+                toks = tokenize(text)
+                if len(toks) == 1:
+                    variants.add(toks[0])
+        if not variants:
+            raise ModelError(f"the tokenizer has no single token for the answer {word!r}")
+        ids.append(sorted(variants))
+    if len({i for v in ids for i in v}) != sum(len(v) for v in ids):
+        raise ModelError(f"the answers {list(choices)} share a token; their probabilities cannot be told apart")
+    return ids
+
+
+def choice_probabilities_from_logprobs(logprobs: np.ndarray) -> np.ndarray:
+    """Each answer's probability renormalised over the answers (rows of log-probs in, rows out)."""
+    logprobs = np.atleast_2d(np.asarray(logprobs, dtype=np.float64))
+    top = np.max(logprobs, axis=1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    p = np.exp(logprobs - top)
+    total = p.sum(axis=1, keepdims=True)
+    return np.divide(p, total, out=np.full_like(p, np.nan), where=total > 0)
+
+
 def digit_logprobs_from_logits(logits: np.ndarray, digit_ids: list[list[int]]) -> np.ndarray:
     """log P(digit) for each digit (summing its token variants) from a logits row."""
     logits = np.asarray(logits, dtype=np.float64)
@@ -184,6 +214,16 @@ def digit_logprobs_from_logits(logits: np.ndarray, digit_ids: list[list[int]]) -
 
 
 T = TypeVar("T")
+
+
+@dataclass
+class ChoiceReading:
+    """What `LLM.choose` read: P(answer) rows renormalised over the answers (NaN where no answer got
+    any mass), and per conversation its prompt tokens (None: unknown) and whether it was cached."""
+
+    probabilities: np.ndarray
+    prompt_tokens: list[int | None]
+    cached: list[bool]
 
 RATE_FIELDS = ("logprobs", "prompt_tokens")  # what the cache stores for one `rate` position
 NO_MASS = -1e30  # a digit's stored log-prob when it got no mass (JSON has no -inf); read back as -inf
@@ -235,6 +275,13 @@ class LLM(ABC):
     @abstractmethod
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
         """Digit log-probs at the first position after the assistant turn starts with `prefix`."""
+
+    def _choice_logprobs(self, conversations: list[Conversation], prefix: str,
+                         choices: tuple[str, ...]) -> list[DigitScores]:
+        """Log-probs of each answer word at the first position after `prefix` (runtimes that can read
+        next-token probabilities override this)."""
+        raise ConfigError(f"the {self.runtime} runtime ({self.model_id}) cannot read next-token answer "
+                          "probabilities; use a decision head that generates (--decision json)")
 
     # ------------------------------------------------------------ public API
     def chat(self, conversations: Sequence[Conversation], *, max_tokens: int = 256, temperature: float = 0.0,
@@ -323,31 +370,28 @@ class LLM(ABC):
         The conversation should end with a user message asking for a 0-5
         rating. One scored position counts as one completion token.
         """
-        conversations = validate_conversations(conversations)
-        keys = self._keys(keys, len(conversations))
-        scores: list[DigitScores | None] = [None] * len(conversations)
-        cached_flags = [False] * len(conversations)
-        cache_keys = self._cache_keys("rate", conversations, {"prefix": prefix})
-        for i, value in self._cached(cache_keys, RATE_FIELDS).items():
-            scores[i] = _scores_from_cache(value)
-            cached_flags[i] = True
-        todo = [i for i, s in enumerate(scores) if s is None]
-        if todo:
-            fresh = self._digit_logprobs([conversations[i] for i in todo], prefix)
-            for i, s in zip(todo, fresh):
-                scores[i] = s
-            if self.cache is not None:
-                # What the cache holds is what this call uses (another run's scores may be first).
-                store = {cache_keys[i]: {"logprobs": [float(x) if np.isfinite(x) else NO_MASS
-                                                      for x in s.logprobs],
-                                         "prompt_tokens": s.prompt_tokens} for i, s in zip(todo, fresh)}
-                held = self.cache.put_many(store, valid=_has_fields(RATE_FIELDS))
-                for i in todo:
-                    scores[i] = _scores_from_cache(held[cache_keys[i]])
-        filled = _all_filled(scores)
-        for s, key, cached in zip(filled, keys, cached_flags):
-            self.meter.add(s.prompt_tokens, 1, key=key, cached=cached)
+        filled, _ = self._scored("rate", conversations, {"prefix": prefix},
+                                 lambda convs: self._digit_logprobs(convs, prefix), keys)
         return np.array([expected_rating(s.logprobs) for s in filled], dtype=np.float64)
+
+    def choose(self, conversations: Sequence[Conversation], *, choices: Sequence[str] = ("yes", "no"),
+               prefix: str = "", keys: Sequence[str | None] | None = None,
+               purpose: dict | None = None) -> "ChoiceReading":
+        """P(answer) per conversation and answer word, renormalised over `choices`, read from the
+        next-token distribution after the assistant turn starts with `prefix` (no generation; rows
+        of shape (len(conversations), len(choices))). One scored position counts as one completion
+        token. Cached like `rate`, under the answers, the prefix and `purpose` (what the reading
+        decides, e.g. a probe's decision head and threshold: a different purpose is a different key)."""
+        choices = tuple(str(c) for c in choices)
+        if len(choices) < 2 or len(set(c.strip().lower() for c in choices)) != len(choices) \
+                or not all(c.strip() for c in choices):
+            raise ConfigError(f"choices must be at least two distinct non-empty words, got {list(choices)}")
+        params = {"prefix": prefix, "choices": list(choices), **({"purpose": purpose} if purpose else {})}
+        scores, cached = self._scored("choice", conversations, params,
+                                      lambda convs: self._choice_logprobs(convs, prefix, choices), keys)
+        probabilities = choice_probabilities_from_logprobs(np.array([s.logprobs for s in scores])) \
+            if scores else np.empty((0, len(choices)))
+        return ChoiceReading(probabilities, [s.prompt_tokens for s in scores], cached)
 
     def rate_by_generation(self, conversations: Sequence[Conversation], *, rng: np.random.Generator,
                            max_tokens: int = 16, lowest: float = 0.0, jitter: float = 1e-6,
@@ -361,6 +405,39 @@ class LLM(ABC):
         parsed = [parse_first_number(r.text) for r in replies]
         scores = np.array([lowest if p is None else p for p in parsed], dtype=np.float64)
         return scores + rng.uniform(0, jitter, size=len(scores)), [r.text for r in replies]
+
+    def _scored(self, kind: str, conversations: Sequence[Conversation], params: dict, compute,
+                keys: Sequence[str | None] | None) -> tuple[list[DigitScores], list[bool]]:
+        """Scores of one next-token position per conversation (and whether each came from the cache):
+        cached ones first, `compute` for the rest, what the cache holds used; metered as one
+        completion token each."""
+        conversations = validate_conversations(conversations)
+        keys = self._keys(keys, len(conversations))
+        scores: list[DigitScores | None] = [None] * len(conversations)
+        cached_flags = [False] * len(conversations)
+        cache_keys = self._cache_keys(kind, conversations, params)
+        for i, value in self._cached(cache_keys, RATE_FIELDS).items():
+            scores[i] = _scores_from_cache(value)
+            cached_flags[i] = True
+        todo = [i for i, s in enumerate(scores) if s is None]
+        if todo:
+            fresh = compute([conversations[i] for i in todo])
+            if len(fresh) != len(todo):
+                raise ModelError(f"the runtime returned {len(fresh)} scores for {len(todo)} conversations")
+            for i, s in zip(todo, fresh):
+                scores[i] = s
+            if self.cache is not None:
+                # What the cache holds is what this call uses (another run's scores may be first).
+                store = {cache_keys[i]: {"logprobs": [float(x) if np.isfinite(x) else NO_MASS
+                                                      for x in s.logprobs],
+                                         "prompt_tokens": s.prompt_tokens} for i, s in zip(todo, fresh)}
+                held = self.cache.put_many(store, valid=_has_fields(RATE_FIELDS))
+                for i in todo:
+                    scores[i] = _scores_from_cache(held[cache_keys[i]])
+        filled = _all_filled(scores)
+        for s, key, cached in zip(filled, keys, cached_flags):
+            self.meter.add(s.prompt_tokens, 1, key=key, cached=cached)
+        return filled, cached_flags
 
     # --------------------------------------------------------------- helpers
     @staticmethod

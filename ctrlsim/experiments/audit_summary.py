@@ -107,7 +107,10 @@ def ctrlbench_section(result, config: AuditConfig) -> dict:
             "dropped_probes": sum(len(r["dropped"] or {}) for r in recs),
             "search_likes": sum(int(r["search_likes"] or 0) for r in recs),
             "seconds": round(sum(float(r["timing"]["seconds"]) for r in recs), 2)}
-    return {"rounds": rounds, "seeds": list(result.config["seeds"]),
+    from ctrlsim.experiments import validity_card as VC
+
+    validity = {m: c.to_dict() for m, c in VC.cards(records.values()).items()}
+    return {"rounds": rounds, "seeds": list(result.config["seeds"]), "validity": validity,
             "targets": list(result.config["targets"]),
             "agents": list(result.config["agents"]), "allow_search": bool(result.config["allow_search"]),
             "methods": list(result.config["methods"]), "boxes": list(result.config["recommenders"]),
@@ -179,7 +182,11 @@ def calibration_section(result, boxes: Sequence[str] = ()) -> dict:
                 placement[shown][method] = {"metric": metric, "box": est(box_est), "text": text,
                                             "lambda": lam, "words": words}
     known = cr.known_table(config, result.records_by_key, obs)
-    return {"protocol": config.protocol, "methods": list(config.all_methods), "metrics": list(config.metrics),
+    from ctrlsim.experiments import validity_card as VC
+
+    episodes = [e for r in result.records_by_key.values() for e in r.get("episodes_validity", [])]
+    validity = {m: c.to_dict() for m, c in VC.cards(episodes).items()}
+    return {"protocol": config.protocol, "validity": validity, "methods": list(config.all_methods), "metrics": list(config.metrics),
             "grid": list(config.grid), "seeds": list(config.seeds), "compare": list(config.compare),
             "curves": curves, "resolution": resolution, "placement": dict(placement),
             "known_answers": parse_tables(known)[0] if parse_tables(known) else None}

@@ -54,22 +54,64 @@ def _digits(e: Mapping[str, Any]) -> int:
     return 4 if e.get("value") is not None and abs(e["value"]) < 1 else 2
 
 
+FAILED_CARD = " (failed its validity card: not evidence about the box)"
+
+
+def card_passes(numbers: Mapping[str, Any] | None, method: str) -> bool | None:
+    """Whether `method`'s probe validity card passed in a sub-run's numbers (None: no card stored)."""
+    card = ((numbers or {}).get("validity") or {}).get(method)
+    if not card or not (card.get("adherence") or {}).get("n"):
+        return None
+    return bool(card["passes"])
+
+
+def validity_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The first screen's words on the probes themselves: which passed their card, which failed, why
+    that matters."""
+    lines: list[str] = []
+    for name, entry in summary["subruns"].items():
+        numbers = (entry or {}).get("numbers") or {}
+        cards = numbers.get("validity") or {}
+        if not cards:
+            continue
+        passed = [LABELS.get(m, m) for m, c in cards.items() if c["passes"]]
+        failed = [(m, c) for m, c in cards.items() if not c["passes"] and (c.get("adherence") or {}).get("n")]
+        text = f"Probe validity ({name}): "
+        text += (f"{', '.join(passed)} passed (adherence interval above 0)" if passed else "no probe passed")
+        if failed:
+            text += "; " + "; ".join(f"{LABELS.get(m, m)} failed: adherence {_ci(c['adherence'])}, likes of "
+                                     f"targets {_pct(c['adherence'].get('like_target'))} vs others "
+                                     f"{_pct(c['adherence'].get('like_other'))}" for m, c in failed)
+            text += (". A probe that fails its card cannot be told from one that ignores its goal, so its "
+                     "scores and differences say nothing about the box; read the passing probes' numbers")
+        lines.append(text + ".")
+    return lines
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
 def headline(summary: Mapping[str, Any]) -> list[dict]:
-    """A few headline scores with their 95% intervals, and the placements, one dict each."""
+    """A few headline scores with their 95% intervals, and the placements, one dict each; the probes
+    whose validity card passed come first, the others are marked (`FAILED_CARD`)."""
     out: list[dict] = []
     subruns = summary["subruns"]
     cb = (subruns.get("ctrlbench") or {}).get("numbers")
     if cb:
         rounds = cb["rounds"]
+        methods = sorted(cb["methods"], key=lambda m: card_passes(cb, m) is False)
         for box in cb["boxes"]:
-            for method in cb["methods"]:
+            for method in methods:
                 e = cb["coverage"].get(box, {}).get(method)
                 if e is None:
                     continue
+                valid = card_passes(cb, method)
                 out.append({"protocol": "ctrlbench", "box": box, "method": method, "metric": "coverage",
-                            "estimate": e,
+                            "estimate": e, "valid": valid,
                             "text": f"{box}: {LABELS.get(method, method)} reached Coverage "
-                                    f"{_ci(e, 2, '%')} of the target in {rounds} rounds"})
+                                    f"{_ci(e, 2, '%')} of the target in {rounds} rounds"
+                                    + (FAILED_CARD if valid is False else "")})
     for name in ("calibrate-ctrlbench", "calibrate-steereval", "calibrate-promptshift"):
         cal = (subruns.get(name) or {}).get("numbers")
         if not cal:
@@ -79,9 +121,10 @@ def headline(summary: Mapping[str, Any]) -> list[dict]:
                 out.append({"protocol": name, "box": box, "method": method, "metric": "lambda",
                             "estimate": {"value": place["lambda"], "low": None, "high": None,
                                          "n": place["box"]["n"]},
-                            "placement": place["text"],
+                            "placement": place["text"], "valid": card_passes(cal, method),
                             "text": place["words"][0].upper() + place["words"][1:]
-                            + f"; its {place['metric']} {_ci(place['box'], _digits(place['box']))}"})
+                            + f"; its {place['metric']} {_ci(place['box'], _digits(place['box']))}"
+                            + (FAILED_CARD if card_passes(cal, method) is False else "")})
     se = (subruns.get("steereval") or {}).get("numbers")
     if se:
         for cond, cell in se["conditions"].items():
@@ -106,11 +149,13 @@ def headline(summary: Mapping[str, Any]) -> list[dict]:
 
 def headline_lines(summary: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> list[str]:
     """The summary screen's few lines: one per box and protocol, the methods' scores side by side."""
-    lines: list[str] = []
+    lines: list[str] = validity_lines(summary)
     cb = (summary["subruns"].get("ctrlbench") or {}).get("numbers")
     if cb:
+        methods = sorted(cb["methods"], key=lambda m: card_passes(cb, m) is False)  # valid probes lead
         for box in cb["boxes"]:
-            parts = [f"{LABELS.get(m, m)} {_ci(cb['coverage'][box][m], 2, '%')}" for m in cb["methods"]
+            parts = [f"{LABELS.get(m, m)} {_ci(cb['coverage'][box][m], 2, '%')}"
+                     + (FAILED_CARD if card_passes(cb, m) is False else "") for m in methods
                      if m in cb["coverage"].get(box, {})]
             lines.append(f"CtrlBench-Rec, {box}: Coverage of the target {' + '.join(cb['targets'])} after "
                          f"{cb['rounds']} rounds: " + "; ".join(parts) + ".")
@@ -119,6 +164,8 @@ def headline_lines(summary: Mapping[str, Any], entries: Sequence[Mapping[str, An
         if e["metric"] == "lambda":
             grouped.setdefault((e["protocol"], e["box"]), []).append(e)
     for (protocol, box), items in grouped.items():
+        cal = (summary["subruns"].get(protocol) or {}).get("numbers")
+        items = sorted(items, key=lambda e: card_passes(cal, e["method"]) is False)  # valid probes lead
         placed = [e for e in items if not e["placement"].startswith("no scale")]
         unresolved = [LABELS.get(e["method"], e["method"]) for e in items
                       if e["placement"].startswith("no scale")]

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.calibrate_units import PROTOCOL_CONFIG, check_data, run_unit, unit_key
 from ctrlsim.experiments.config import (
@@ -111,6 +112,11 @@ class CalibrateConfig:
         f"(promptshift) N, items per generated list ({bound(MAX_SLATE)})"))
     k: int = field(default=20, metadata=_help(
         f"(promptshift) K, the evaluated list length ({bound(MAX_SLATE)})"))
+    decision: str = field(default=DEFAULT_DECISION, metadata={**_help(
+        "how ctrlbench's LLM probes decide: json, yesno or twostep (`ctrlsim ctrlbench --help`)"),
+        "choices": list(DECISION_HEADS)})
+    decision_threshold: float = field(default=DEFAULT_THRESHOLD, metadata=_help(
+        "P(yes) at or above which a question head likes an item, in (0, 1)"))
     cache: bool = field(default=True, metadata=_help(
         "cache LLM replies and personas (ctrlbench episodes in ctrlbench's cache, the rest under "
         "$CTRLSIM_CACHE/calibrate; replays are free)"))
@@ -119,6 +125,9 @@ class CalibrateConfig:
         from ctrlsim.recommenders.dial import check_lambda, format_lambda
 
         check_choice("protocol", self.protocol, PROTOCOLS)
+        from ctrlsim.agents.llm_probe import check_decision
+
+        check_decision(self.decision, self.decision_threshold)  # before any model loads
         if not self.dials:
             raise ConfigError("dials: the lambda grid is empty; give at least two values in [0, 1]")
         grid = [check_lambda(v, name="dials") for v in self.dials]

@@ -289,6 +289,15 @@ def render_tables(config, records: Mapping[str, dict]) -> str:
     if config.compare:
         parts += ["", "## Real boxes on the dial's scale", "", compare_table(config, obs)]
     parts += ["", "## Cost and fallbacks", "", cost_table(config, records)]
+    episodes = [e for r in records.values() for e in r.get("episodes_validity", [])]
+    if episodes:
+        from ctrlsim.experiments import validity_card as VC
+
+        found = VC.cards(episodes)
+        parts += ["", "## Probe validity (does each method act on its goal and play its user?)", "",
+                  VC.validity_table(found)]
+        if any(c.has_check and not c.passes for c in found.values()):
+            parts += ["", VC.FAIL_NOTE]
     return "\n".join(parts) + "\n"
 
 

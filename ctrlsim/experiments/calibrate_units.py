@@ -42,7 +42,8 @@ def ctrlbench_config(config: CalibrateConfig, method: str, box: str, seed: int):
 
     return CtrlBenchConfig(methods=(method,), recommenders=(box,), targets=config.targets, llm=config.llm,
                            agents=config.agents, rounds=config.rounds, seeds=(seed,),
-                           slate_size=config.slate_size, dataset=config.dataset, cache=config.cache)
+                           slate_size=config.slate_size, dataset=config.dataset, cache=config.cache,
+                           decision=config.decision, decision_threshold=config.decision_threshold)
 
 
 def steereval_config(config: CalibrateConfig, method: str, box: str, seed: int):
@@ -164,6 +165,7 @@ def ctrlbench_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
                                "dropped_probes": 0, "probes": 0}
     starts: dict[str, list[list[str]]] = {}
     identity = llm = None
+    validity: list[dict] = []  # each episode's validity decisions, for the report's card
     for target in config.targets:
         # Episode bars only for LLM probes: a scripted episode takes milliseconds.
         bars = show_progress and method not in ("oracle", "random")
@@ -180,6 +182,7 @@ def ctrlbench_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
         details["dropped_probes"] += len(record.get("dropped") or {})
         details["probes"] += int(record["k"])
         identity, llm = record["box"], record["llm"]
+        validity.append({k: record.get(k) for k in ("method", "label", "recommender", "target", "seed", "validity")})
         histories = [list(p["behaviour"]) for p in record["personas"]]
         starts[obs] = histories
         if _lambda(box) == 0.0:
@@ -187,7 +190,7 @@ def ctrlbench_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
             known.setdefault("exposure", {})[obs] = 100.0 * fixed_exposure(
                 recommender.base_order, histories, cb.rounds, record["slate_size"], targets, dataset.item_ids)
     return {"values": values, "known": known, "details": details, "start_histories": starts,
-            "box_identity": identity, "llm": llm}
+            "box_identity": identity, "llm": llm, "episodes_validity": validity}
 
 
 # ----------------------------------------------------------------------------- SteerEval

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     MAX_AGENTS,
@@ -73,6 +74,7 @@ PAPER_PRESET: dict[str, Any] = {
     "seeds": (0, 1, 2),
     "temperature": 1.0,
     "allow_search": False,
+    "decision": "json",
 }
 TASK_CHOICES = ("target-discovery", "profile-shaping", "popularity")
 SMALL_USERS = ("own", "nested")
@@ -128,6 +130,13 @@ class CtrlBenchConfig:
         "omit_default": True, "choices": ["memory", "append"],
         "help": "probe prompts: memory (last M rounds summarised, the paper's) or append (a growing "
                 "conversation; fast with KV reuse, docs/ctrlbench.md)"})
+    decision: str = field(default=DEFAULT_DECISION, metadata={
+        "choices": list(DECISION_HEADS),
+        "help": "how LLM probes decide: json (one generated {\"like\": [...]} reply, the paper's), yesno "
+                "(one yes/no question per item, P(yes) from the next-token probabilities) or twostep "
+                "(fits the persona? one of the goal's items? both must pass); docs/probe-validity.md"})
+    decision_threshold: float = field(default=DEFAULT_THRESHOLD, metadata={
+        "help": "P(yes) at or above which a question head (yesno, twostep) likes an item, in (0, 1)"})
     temperature: float = field(default=0.0, metadata={
         "help": "probe and profile sampling temperature; 0 = greedy, batched as parallel sequences on "
                 "llama.cpp (paper: 1.0)"})
@@ -166,6 +175,11 @@ class CtrlBenchConfig:
         check_choice("task", self.task, TASK_CHOICES)
         check_choice("small_users", self.small_users, SMALL_USERS)
         check_choice("conversation", self.conversation, ("memory", "append"))
+        from ctrlsim.agents.llm_probe import check_decision
+
+        # A bad head, threshold or combination fails now, before any model loads.
+        check_decision(self.decision, self.decision_threshold, allow_search=self.allow_search,
+                       conversation=self.conversation)
         if self.reference is not None and self.reference not in self.all_methods:
             raise ConfigError(f"reference {self.reference!r} is not among the methods "
                               f"{list(self.all_methods)}")
@@ -230,6 +244,15 @@ class CtrlBenchConfig:
         if self.reference is not None:
             return self.reference
         return "base-small" if "base-small" in self.all_methods else self.all_methods[0]
+
+    def decision_settings(self):
+        """How this run's LLM probes decide (`ctrlsim.agents.llm_probe.DecisionSettings`)."""
+        from ctrlsim.agents.llm_probe import DecisionSettings
+
+        return DecisionSettings(memory_rounds=self.memory_rounds, target_visible=self.target_visible,
+                                temperature=self.temperature, allow_search=self.allow_search,
+                                conversation=self.conversation, decision=self.decision,
+                                threshold=self.decision_threshold)
 
     def slate_for(self, box: str) -> int:
         return self.slate_size or PAPER_SLATE_SIZE.get(box, 3)
@@ -314,7 +337,7 @@ def method_label(method: str) -> str:
 
 def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True) -> dict:
     """One (method, box, target, seed) episode -> its record (a pure function of config and key)."""
-    from ctrlsim.agents import DecisionSettings, ProfileSettings
+    from ctrlsim.agents import ProfileSettings
     from ctrlsim.agents.episode import EpisodeSpec, play_episode
     from ctrlsim.agents.methods import MethodContext
 
@@ -323,9 +346,7 @@ def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True
     dataset = _dataset(config)
     recommender = _recommender(config, box)
     targets = target_items(dataset, target)
-    settings = DecisionSettings(memory_rounds=config.memory_rounds, target_visible=config.target_visible,
-                                temperature=config.temperature, allow_search=config.allow_search,
-                                conversation=config.conversation)
+    settings = config.decision_settings()
     slate_size = config.slate_for(box)
     context = MethodContext(
         dataset=dataset, recommender=recommender, target_tags=target_tags(target), target_items=targets,

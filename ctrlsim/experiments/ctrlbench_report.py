@@ -18,6 +18,10 @@ TASK_TITLES = {"target-discovery": "Task 1 (target content discovery)",
 
 
 def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> str:
+    from ctrlsim.experiments import validity_card as VC
+
+    found = VC.cards(records.values())
+    records = VC.marked_records(records, found)
     n, total = len(records), len(config.keys())
     search = "on (search likes shape histories, never count)" if config.allow_search else \
         "off (Appendix B: a_t in L_t or a skip)"
@@ -32,6 +36,10 @@ def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int])
         "target likes / total distinct targets found over the episodes (lower is better); 'found' = "
         "episodes that found any target.",
     ]
+    parts += ["", "## Probe validity (does each method act on its goal and play its user?)", "",
+              VC.validity_table(found)]
+    if any(c.has_check and not c.passes for c in found.values()):
+        parts += ["", VC.FAIL_NOTE]
     if config.task == "profile-shaping":
         parts += ["", f"## Table 2: profile shaping at t = {config.rounds}", "",
                   T.profile_table(config, records)]

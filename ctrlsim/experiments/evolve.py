@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     MAX_AGENTS,
@@ -104,6 +105,12 @@ class EvolveConfig:
     eval_conversation: str = field(default="memory", metadata={
         "omit_default": True, "choices": ["memory", "append"],
         "help": "probe prompts in the evaluation rounds"})
+    decision: str = field(default=DEFAULT_DECISION, metadata={
+        "choices": list(DECISION_HEADS),
+        "help": "how LLM probes decide, in the loop and the evaluation: json, yesno or twostep "
+                "(`ctrlsim ctrlbench --help`; docs/probe-validity.md)"})
+    decision_threshold: float = field(default=DEFAULT_THRESHOLD, metadata={
+        "help": "P(yes) at or above which a question head likes an item, in (0, 1)"})
     eval_temperature: float = field(default=0.0, metadata={
         "help": "decision temperature of the evaluation rounds (the setting `ctrlsim ctrlbench` scores "
                 "every method and roster with)"})
@@ -152,6 +159,12 @@ class EvolveConfig:
         check_range("temperature", self.temperature, low=0.0, high=2.0)
         check_range("memory_rounds", self.memory_rounds, low=0, high=MAX_ROUNDS)
         check_range("eval_temperature", self.eval_temperature, low=0.0, high=2.0)
+        from ctrlsim.agents.llm_probe import check_decision
+
+        # A bad head, threshold or combination fails now, before any model loads.
+        for conversation in (self.conversation, self.eval_conversation):
+            check_decision(self.decision, self.decision_threshold, allow_search=self.allow_search,
+                           conversation=conversation)
         check_range("eval_memory_rounds", self.eval_memory_rounds, low=0, high=MAX_ROUNDS)
         check_range("seed", self.seed, low=0, high=MAX_SEED)
         check_choice("k_rule", self.k_rule, K_RULES)
@@ -316,10 +329,12 @@ def _decisions(config: EvolveConfig, *, evaluation: bool = False):
     if evaluation:
         return DecisionSettings(memory_rounds=config.eval_memory_rounds, target_visible=config.target_visible,
                                 temperature=config.eval_temperature, allow_search=config.allow_search,
-                                conversation=config.eval_conversation)
+                                conversation=config.eval_conversation, decision=config.decision,
+                                threshold=config.decision_threshold)
     return DecisionSettings(memory_rounds=config.memory_rounds, target_visible=config.target_visible,
                             temperature=config.temperature, allow_search=config.allow_search,
-                            conversation=config.conversation)
+                            conversation=config.conversation, decision=config.decision,
+                            threshold=config.decision_threshold)
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,19 @@ def evaluate_roster(
         token_meter=meter,
         allow_search=config.allow_search,
     )
+    from ctrlsim.agents.episode import validity_record
+    from ctrlsim.agents.validity import run_checks
+
     population = Population(tuple(personas), "llm", prompt_variant=config.prompt_variant)
     started, cpu_started = time.perf_counter(), time.process_time()
+    seed = derive_seed(config.seed, "evaluate")
+    checks = run_checks(population, recommender.dataset, target_items=frozenset(target_items),
+                        target_name="+".join(config.target), target_tags=tuple(config.target), seed=seed,
+                        slate_size=config.slate, budget=config.eval_rounds, llm=llm, settings=decisions)
     trace = play_population(
         env,
         population,
-        seed=derive_seed(config.seed, "evaluate"),
+        seed=seed,
         target=config.target,
         llm=llm,
         settings=decisions,
@@ -63,6 +70,7 @@ def evaluate_roster(
         "popularity_per_round": M.popularity_per_round(popularity, per_round, config.eval_rounds),
         "catalogue_popularity": float(popularity.mean()),
         "trace": trace.to_dict(),
+        "validity": validity_record(population, trace, frozenset(target_items), dataset, checks, seed=seed),
         "seconds": round(time.perf_counter() - started, 2),
         "cpu_seconds": round(time.process_time() - cpu_started, 2),
         "tokens": meter.total.to_dict(),

@@ -153,8 +153,22 @@ def render_tables(
             + f"\nPopularity of liked items (eq. 3): {_fmt(evaluation['interaction_popularity'], 1)} "
             f"(catalogue mean {_fmt(evaluation['catalogue_popularity'], 1)})\n"
             + probe_failures_line(evaluation.get("trace", {}).get("probes", []))
+            + "\n" + validity_section(evaluation, config)
         )
     return "\n".join(parts)
+
+
+def validity_section(evaluation: dict, config) -> str:
+    """The super probes' validity card (the same card `ctrlsim ctrlbench` prints per method)."""
+    from ctrlsim.experiments import validity_card as VC
+
+    if "validity" not in evaluation:
+        return ""
+    record = {"method": "super probes", "label": "Super probes", "seed": config.seed,
+              "target": "+".join(config.target), "validity": evaluation["validity"]}
+    card = VC.card_for("super probes", [record])
+    text = "\n## Probe validity of the super probes\n\n" + VC.validity_table({"super probes": card})
+    return text + ("\n\n" + VC.FAIL_NOTE if card.has_check and not card.passes else "") + "\n"
 
 
 def probe_failures_line(probes: list[dict]) -> str:

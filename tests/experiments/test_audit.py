@@ -199,3 +199,23 @@ def test_template_is_package_data():
     assert '"ctrlsim.experiments" = ["templates/*.j2"]' in pyproject
 
     assert (files("ctrlsim.experiments") / "templates" / "audit.html.j2").is_file()
+
+
+def test_the_first_screen_leads_with_probes_that_pass_their_card(audited):
+    """The oracle (adherence 1) passes its validity card and leads; the coin flip fails it and is named,
+    with the reason, and its coverage is marked as not evidence about the box."""
+    summary = json.loads((audited / SUMMARY).read_text())
+    cards = summary["subruns"]["ctrlbench"]["numbers"]["validity"]
+    records = read_records(audited / "ctrlbench")
+    check = [d for r in records if r["method"] == "oracle" for d in r["validity"]["check"]]
+    assert all(d["liked"] == d["target"] for d in check)  # the oracle's rule, from the stored decisions
+    assert cards["oracle"]["passes"] and cards["oracle"]["adherence"]["value"] == 1.0
+    assert not cards["random"]["passes"]
+    assert cards["random"]["adherence"]["low"] <= 0 <= cards["random"]["adherence"]["high"]
+    lines = summary["headline_text"]
+    validity = next(line for line in lines if line.startswith("Probe validity (ctrlbench)"))
+    assert "the oracle probe (upper bound) passed" in validity and "the coin-flip probe (floor) failed" in validity
+    coverage = next(line for line in lines if line.startswith("CtrlBench-Rec, popularity"))
+    assert coverage.index("oracle") < coverage.index("coin-flip")
+    assert "coin-flip probe (floor)" in coverage.split("failed its validity card")[0]
+    assert "failed its validity card" not in coverage.split("coin-flip")[0]

@@ -128,7 +128,7 @@ def test_cli_prints_tables_and_writes_the_run_folder(ml100k, tmp_path, capsys):
     tables = (out / "tables.md").read_text()
     sections = [line for line in tables.splitlines() if line.startswith("## ")]
     assert [s.split(":")[0].split(" (")[0] for s in sections] == [
-        "## Table 1", "## Table 7", "## Paired comparison with random", "## Coverage",
+        "## Probe validity", "## Table 1", "## Table 7", "## Paired comparison with random", "## Coverage",
         "## Substitutions and failures per method"]
     assert "2/2 episodes" in tables  # two seeds by default
     figures = {p.name for p in (out / "figures").iterdir()}
