@@ -225,7 +225,8 @@ def validity_record(population, trace, target_items: frozenset, dataset, checks:
 
     by_id = {p.probe_id: p for p in population.personas}
     slates = [{"probe": p.probe_id, "item": i, "target": i in target_items, "liked": i in set(r["liked"])}
-              for p in trace.probes for r in p.rounds if r["source"] == SOURCE_RECOMMENDER for i in r["slate"]]
+              for p in trace.probes for r in p.rounds if r["source"] == SOURCE_RECOMMENDER
+              for i in r["slate"]]
     likes = [{"probe": d["probe"], "relevant": relevant_like(dataset, by_id[d["probe"]], d["item"])}
              for d in slates if d["liked"] and d["probe"] in by_id]
     check, fidelity = checks["check"], checks["fidelity_check"]
@@ -250,7 +251,8 @@ def validity_record(population, trace, target_items: frozenset, dataset, checks:
                              "other_liked": sum(d["liked"] for d in slates if not d["target"])},
             "slate_decisions": list(per_probe.values()),
             "fidelity_auc": estimate(auc),
-            "relevance": estimate(relevance) | {"likes": len(likes), "relevant": sum(d["relevant"] for d in likes)},
+            "relevance": estimate(relevance) | {"likes": len(likes),
+                                                "relevant": sum(d["relevant"] for d in likes)},
             "check": check, "fidelity_check": fidelity,
             "check_tokens": checks["check_tokens"], "check_parse_failures": checks["check_parse_failures"],
             "check_failed_probes": checks["check_failed_probes"]}

@@ -51,7 +51,9 @@ CONVERSATION_MODES = ("memory", "append")
 # an item when both pass. docs/probe-validity.md has the measurements that chose the default.
 DECISION_HEADS = ("json", "yesno", "twostep")
 DEFAULT_DECISION = "twostep"
-DEFAULT_THRESHOLD = 0.4  # P(yes) at or above which a question head likes an item; chosen on dev targets for qwen2.5-0.5b twostep (benchmarks/probe_validity.py)
+# P(yes) at or above which a question head likes an item: chosen on the development targets for
+# qwen2.5-0.5b with twostep (benchmarks/probe_validity.py, docs/probe-validity.md).
+DEFAULT_THRESHOLD = 0.4
 ANSWERS = ("yes", "no")
 
 
@@ -123,7 +125,8 @@ def check_decision(decision: str, threshold: float, *, allow_search: bool = Fals
         raise ConfigError(f"decision must be one of {DECISION_HEADS}, got {decision!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
             or not 0.0 < float(threshold) < 1.0:
-        raise ConfigError(f"decision threshold must be a probability strictly between 0 and 1, got {threshold!r}")
+        raise ConfigError("decision threshold must be a probability strictly between 0 and 1, "
+                          f"got {threshold!r}")
     if decision != "json" and allow_search:
         raise ConfigError(f"decision {decision!r} asks yes/no questions and has no search tool; "
                           "use --decision json to allow search")
@@ -284,7 +287,7 @@ class LLMPopulationPolicy:
         probe = self.probes[agent]
         system = {"role": "system", "content": self.system_text(slate_size)}
         context = self.user_text(probe, info, budget, prompts.DECISION_CONTEXT)
-        asks = self._question_templates()
+        asks = [template for _, template in self._question_templates()]
         target = " / ".join(self.target)
         out = []
         for n, item in enumerate(info["slate_item_ids"], start=1):
@@ -294,11 +297,13 @@ class LLMPopulationPolicy:
                 out.append([system, {"role": "user", "content": context + question}])
         return out
 
-    def _question_templates(self) -> tuple[str, ...]:
+    def _question_templates(self) -> tuple[tuple[str, str], ...]:
+        """(kind, template) of each question asked per item, in order; the kind names its logged P."""
         if self.settings.decision == "yesno":
-            return (prompts.QUESTION_LIKE,)
+            return (("like", prompts.QUESTION_LIKE),)
+        fit = ("fit", prompts.QUESTION_FIT)
         goal_shown = self.settings.target_visible and bool(self.target)
-        return (prompts.QUESTION_FIT, prompts.QUESTION_GOAL) if goal_shown else (prompts.QUESTION_FIT,)
+        return (fit, ("goal", prompts.QUESTION_GOAL)) if goal_shown else (fit,)
 
     def _act_questions(self, agents: list[str], infos: Mapping[str, dict], slate_size: int, budget: int,
                        round_no: int) -> tuple[dict[str, dict], dict[str, str]]:
@@ -334,7 +339,8 @@ class LLMPopulationPolicy:
         else:
             logit = np.log(np.clip(per_item, 1e-12, 1.0)) - np.log(np.clip(1.0 - per_item, 1e-12, 1.0))
             edge = np.log(self.settings.threshold) - np.log1p(-self.settings.threshold)
-            passed = draws.reshape(per_item.shape) < 1.0 / (1.0 + np.exp(-(logit - edge) / self.settings.temperature))
+            chance = 1.0 / (1.0 + np.exp(-(logit - edge) / self.settings.temperature))
+            passed = draws.reshape(per_item.shape) < chance
         return passed.all(axis=1) & np.isfinite(per_item).all(axis=1)
 
     def _decide_questions(self, agent: str, p_yes: np.ndarray, info: Mapping, slate_size: int,
@@ -344,15 +350,14 @@ class LLMPopulationPolicy:
         probe.decisions += 1
         draws = None
         if self.settings.temperature > 0 and p_yes.size:
-            draws = derive_rng(self.seed, "question-draws", round_no, probe.persona.probe_id).random(p_yes.size)
+            rng = derive_rng(self.seed, "question-draws", round_no, probe.persona.probe_id)
+            draws = rng.random(p_yes.size)
         liked = self.question_likes(p_yes, len(shown_ids), draws)
         if p_yes.size and not np.isfinite(p_yes).all():  # no mass on yes or no: that item is not liked
             probe.parse_failures += 1
             if len(probe.failure_examples) < self.MAX_EXAMPLES:
                 probe.failure_examples.append("no probability on 'yes' or 'no' for some question")
-        kinds = [q for q in ("like", "fit", "goal")
-                 if {"like": prompts.QUESTION_LIKE, "fit": prompts.QUESTION_FIT,
-                     "goal": prompts.QUESTION_GOAL}[q] in self._question_templates()]
+        kinds = [kind for kind, _ in self._question_templates()]
         per_item = p_yes.reshape(len(shown_ids), -1) if shown_ids else np.empty((0, len(kinds)))
         probe.replies[int(info["round"]) + 1] = json.dumps(
             {f"p_{kind}": [float(x) if np.isfinite(x) else None for x in per_item[:, k]]

@@ -15,6 +15,7 @@ seed stream (`derive_rng(seed, "validity-check", ...)`), so the episode's draws 
 their tokens on their own meter (reported apart from Table 7's). Each decision is stored in the
 episode record, so anyone can recompute the card (`ctrlsim.metrics.validity`).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -29,27 +30,29 @@ from .methods import CustomPolicy, Population
 from .persona import Persona
 from .random_probe import RandomProbe
 
-CHECK_ITEMS = 6        # items per probe in each fixed check (half of each kind)
-LIKED_RATING = 4.0     # fidelity positives: rated at least this
+CHECK_ITEMS = 6  # items per probe in each fixed check (half of each kind)
+LIKED_RATING = 4.0  # fidelity positives: rated at least this
 DISLIKED_RATING = 2.0  # fidelity negatives: rated at most this
 USER_PREFIX = "user-"  # a probe built from dataset user u has probe id "user-<u>"
 
 
 def source_user(persona: Persona) -> str | None:
     pid = persona.probe_id
-    return pid[len(USER_PREFIX):] if pid.startswith(USER_PREFIX) else None
+    return pid[len(USER_PREFIX) :] if pid.startswith(USER_PREFIX) else None
 
 
-def adherence_items(dataset, target_items: frozenset[str], target_name: str, seed: int,
-                    n: int = CHECK_ITEMS) -> list[tuple[str, bool]]:
+def adherence_items(
+    dataset, target_items: frozenset[str], target_name: str, seed: int, n: int = CHECK_ITEMS
+) -> list[tuple[str, bool]]:
     """(item id, is target) for the adherence check: n // 2 targets and the rest non-targets,
     shuffled; the same for every box and method of a (target, seed)."""
     rng = derive_rng(seed, "validity-check", "adherence", target_name)
     targets = sorted(target_items)
     others = [i for i in dataset.item_ids.astype(str) if i not in target_items]
     k = min(n // 2, len(targets))
-    picked = [(str(i), True) for i in rng.choice(targets, size=k, replace=False)] + \
-             [(str(i), False) for i in rng.choice(others, size=min(n - k, len(others)), replace=False)]
+    picked = [(str(i), True) for i in rng.choice(targets, size=k, replace=False)] + [
+        (str(i), False) for i in rng.choice(others, size=min(n - k, len(others)), replace=False)
+    ]
     order = rng.permutation(len(picked))
     return [picked[i] for i in order]
 
@@ -71,16 +74,22 @@ def fidelity_items(dataset, persona: Persona, seed: int, n: int = CHECK_ITEMS) -
 
 
 def _chunks(items: Sequence[str], size: int) -> list[list[str]]:
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
 def _observation(dataset, items: Sequence[str], slate_size: int) -> tuple[dict, dict]:
     slate = np.full(slate_size, -1, dtype=np.int64)
-    slate[:len(items)] = dataset.indices(items)
+    slate[: len(items)] = dataset.indices(items)
     texts = dataset.items["text"]
     obs = {"slate": slate, "source": 0, "round": 0}
-    info = {"round": 0, "slate_item_ids": list(items), "slate_items": [str(texts.iat[i]) for i in slate[:len(items)]],
-            "slate_source": "recommender", "new_likes": [], "metrics": {}}
+    info = {
+        "round": 0,
+        "slate_item_ids": list(items),
+        "slate_items": [str(texts.iat[i]) for i in slate[: len(items)]],
+        "slate_source": "recommender",
+        "new_likes": [],
+        "metrics": {},
+    }
     return obs, info
 
 
@@ -101,10 +110,28 @@ def _item_scores(reply: str | None, n: int) -> list[dict | None]:
 class _CheckPolicy:
     """Decides fixed slates with a fresh copy of the population's policy, for the agents given."""
 
-    def __init__(self, population: Population, dataset, agents: Mapping[str, Persona], *, seed: int,
-                 target: Sequence[str], llm, settings, like_prob: float, meter: TokenMeter, goal: bool):
+    def __init__(
+        self,
+        population: Population,
+        dataset,
+        agents: Mapping[str, Persona],
+        *,
+        seed: int,
+        target: Sequence[str],
+        llm,
+        settings,
+        like_prob: float,
+        meter: TokenMeter,
+        goal: bool,
+    ):
         self.population, self.dataset, self.agents = population, dataset, dict(agents)
-        self.seed, self.target, self.llm, self.like_prob, self.meter = seed, tuple(target), llm, like_prob, meter
+        self.seed, self.target, self.llm, self.like_prob, self.meter = (
+            seed,
+            tuple(target),
+            llm,
+            like_prob,
+            meter,
+        )
         self.settings = settings
         self.goal = goal
 
@@ -119,10 +146,20 @@ class _CheckPolicy:
         if self.population.policy == "llm":
             from .llm_probe import LLMPopulationPolicy
 
-            settings = replace(self.settings, prompt_variant=self.population.prompt_variant,
-                               target_visible=self.settings.target_visible and self.goal)
-            policy = LLMPopulationPolicy(self.llm, self.dataset, {a: self.agents[a] for a in agents},
-                                         target=self.target, settings=settings, seed=seed, meter=self.meter)
+            settings = replace(
+                self.settings,
+                prompt_variant=self.population.prompt_variant,
+                target_visible=self.settings.target_visible and self.goal,
+            )
+            policy = LLMPopulationPolicy(
+                self.llm,
+                self.dataset,
+                {a: self.agents[a] for a in agents},
+                target=self.target,
+                settings=settings,
+                seed=seed,
+                meter=self.meter,
+            )
             actions, failed = policy.act(obs, infos, slate_size=slate_size, budget=budget)
             stats = {a: policy.probe_stats(a) for a in agents}
             replies = {a: policy.reply(a, 1) for a in agents}
@@ -131,23 +168,38 @@ class _CheckPolicy:
             if isinstance(self.population.policy, CustomPolicy):
                 custom = self.population.policy.make({a: self.agents[a] for a in agents}, rngs)
             else:
-                custom = CustomPolicy.per_probe("random", lambda p, rng: RandomProbe(rng, self.like_prob)).make(
-                    {a: self.agents[a] for a in agents}, rngs)
+                custom = CustomPolicy.per_probe(
+                    "random", lambda p, rng: RandomProbe(rng, self.like_prob)
+                ).make({a: self.agents[a] for a in agents}, rngs)
             actions, failed, stats, replies = custom.act(obs, infos), {}, {}, {}
         out: dict[str, Any] = {}
         for a in agents:
             if a in failed:
                 out[a] = None
                 continue
-            likes = np.asarray(actions[a]["likes"]).astype(bool)[:len(slates[a])]
-            out[a] = {"liked": likes.tolist(), "parse_failures": stats.get(a, {}).get("parse_failures", 0),
-                      "scores": _item_scores(replies.get(a), len(slates[a]))}
+            likes = np.asarray(actions[a]["likes"]).astype(bool)[: len(slates[a])]
+            out[a] = {
+                "liked": likes.tolist(),
+                "parse_failures": stats.get(a, {}).get("parse_failures", 0),
+                "scores": _item_scores(replies.get(a), len(slates[a])),
+            }
         return out
 
 
-def run_checks(population: Population, dataset, *, target_items: frozenset[str], target_name: str,
-               target_tags: Sequence[str], seed: int, slate_size: int, budget: int, llm=None, settings=None,
-               like_prob: float = 0.3) -> dict:
+def run_checks(
+    population: Population,
+    dataset,
+    *,
+    target_items: frozenset[str],
+    target_name: str,
+    target_tags: Sequence[str],
+    seed: int,
+    slate_size: int,
+    budget: int,
+    llm=None,
+    settings=None,
+    like_prob: float = 0.3,
+) -> dict:
     """Both fixed checks for every probe of `population` -> the record's `validity` decisions:
     `check` ([{"probe", "item", "target", "liked"}]), `fidelity_check` ([{"probe", "item", "rating",
     "liked"}]), the checks' tokens and parse failures, and the probes whose check call failed."""
@@ -164,8 +216,18 @@ def run_checks(population: Population, dataset, *, target_items: frozenset[str],
     failed: set[str] = set()
     parse_failures = 0
     for goal in (True, False):  # the adherence check with the goal shown, the fidelity check without
-        policy = _CheckPolicy(population, dataset, personas, seed=seed, target=target_tags, llm=llm,
-                              settings=settings, like_prob=like_prob, meter=meter, goal=goal)
+        policy = _CheckPolicy(
+            population,
+            dataset,
+            personas,
+            seed=seed,
+            target=target_tags,
+            llm=llm,
+            settings=settings,
+            like_prob=like_prob,
+            meter=meter,
+            goal=goal,
+        )
         items = {a: [i for i, _ in adherence] if goal else [i for i, _ in fidelity[a]] for a in personas}
         chunked = {a: _chunks(items[a], slate_size) for a in personas}
         for part in range(max((len(c) for c in chunked.values()), default=0)):
@@ -180,15 +242,33 @@ def run_checks(population: Population, dataset, *, target_items: frozenset[str],
                 for item, liked, score in zip(slates[a], result["liked"], result["scores"]):
                     extra = {"p": score} if score is not None else {}
                     if goal:
-                        check.append({"probe": pid, "item": item, "target": bool(target_flag[item]),
-                                      "liked": bool(liked), **extra})
+                        check.append(
+                            {
+                                "probe": pid,
+                                "item": item,
+                                "target": bool(target_flag[item]),
+                                "liked": bool(liked),
+                                **extra,
+                            }
+                        )
                     else:
-                        fidelity_check.append({"probe": pid, "item": item, "rating": dict(fidelity[a])[item],
-                                               "liked": bool(liked), **extra})
+                        fidelity_check.append(
+                            {
+                                "probe": pid,
+                                "item": item,
+                                "rating": dict(fidelity[a])[item],
+                                "liked": bool(liked),
+                                **extra,
+                            }
+                        )
     usage = meter.total
-    return {"check": check, "fidelity_check": fidelity_check,
-            "check_tokens": usage.total_tokens, "check_parse_failures": parse_failures,
-            "check_failed_probes": sorted(failed)}
+    return {
+        "check": check,
+        "fidelity_check": fidelity_check,
+        "check_tokens": usage.total_tokens,
+        "check_parse_failures": parse_failures,
+        "check_failed_probes": sorted(failed),
+    }
 
 
 def relevant_like(dataset, persona: Persona, item: str) -> bool:
@@ -196,7 +276,8 @@ def relevant_like(dataset, persona: Persona, item: str) -> bool:
     (a tag named in an interest phrase) or the tags of its seed items."""
     tags = dataset.items["tags"]
     item_tags = {str(t) for t in tags.iat[dataset.item_index[item]]}
-    seed_tags = {str(t) for i in persona.behaviour if i in dataset.item_index
-                 for t in tags.iat[dataset.item_index[i]]}
+    seed_tags = {
+        str(t) for i in persona.behaviour if i in dataset.item_index for t in tags.iat[dataset.item_index[i]]
+    }
     interests = " ".join(persona.interests).lower()
     return bool(item_tags & seed_tags) or any(t.lower() in interests for t in item_tags)

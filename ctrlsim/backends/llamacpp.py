@@ -311,7 +311,8 @@ class LlamaCppLLM(LLM):
             return self._choice_ids[choices]
         return self._scores_at_prefix(conversations, prefix, ids)
 
-    def _scores_at_prefix(self, conversations: list[Conversation], prefix: str, token_ids) -> list[DigitScores]:
+    def _scores_at_prefix(self, conversations: list[Conversation], prefix: str,
+                          token_ids) -> list[DigitScores]:
         """Log-probs of the `token_ids()` groups at the position after each conversation + `prefix`."""
         if not conversations:
             return []

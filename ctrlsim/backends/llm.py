@@ -155,38 +155,41 @@ def parse_first_number(text: str) -> float | None:
     return float(match.group()) if match else None
 
 
+def _single_tokens(tokenize, forms) -> list[int]:
+    """The ids of the forms (each with and without a leading space) that are one token each."""
+    variants = set()
+    for form in forms:
+        for text in (form, " " + form):
+            toks = tokenize(text)
+            if len(toks) == 1:
+                variants.add(toks[0])
+    return sorted(variants)
+
+
 def digit_token_ids(tokenize, digits=RATING_DIGITS) -> list[list[int]]:
     """Token ids that spell each digit on its own (with and without a leading space)."""
     ids = []
     for d in digits:
-        variants = set()
-        for text in (d, " " + d):
-            toks = tokenize(text)
-            if len(toks) == 1:
-                variants.add(toks[0])
+        variants = _single_tokens(tokenize, (d,))
         if not variants:
             raise ModelError(f"the tokenizer has no single token for digit {d!r}; digit rating is impossible")
-        ids.append(sorted(variants))
+        ids.append(variants)
     return ids
 
 
 def choice_token_ids(tokenize, choices: Sequence[str]) -> list[list[int]]:
-    """Token ids that spell each answer word on its own: as given, capitalised, and with a leading
-    space (a yes/no answer arrives as "Yes", " yes", ...); a word no variant spells as one token is an
-    error, so a reading never silently drops an answer."""
+    """Token ids that spell each answer word on its own: as given, lower-case, capitalised, each with
+    and without a leading space (a yes/no answer arrives as "Yes", " yes", ...); a word no variant
+    spells as one token is an error, so a reading never silently drops an answer."""
     ids = []
     for word in choices:
-        variants = set()
-        for form in {word, word.lower(), word.capitalize()}:
-            for text in (form, " " + form):
-                toks = tokenize(text)
-                if len(toks) == 1:
-                    variants.add(toks[0])
+        variants = _single_tokens(tokenize, sorted({word, word.lower(), word.capitalize()}))
         if not variants:
             raise ModelError(f"the tokenizer has no single token for the answer {word!r}")
-        ids.append(sorted(variants))
+        ids.append(variants)
     if len({i for v in ids for i in v}) != sum(len(v) for v in ids):
-        raise ModelError(f"the answers {list(choices)} share a token; their probabilities cannot be told apart")
+        raise ModelError(f"the answers {list(choices)} share a token; their probabilities cannot be "
+                         "told apart")
     return ids
 
 

@@ -186,7 +186,8 @@ def calibration_section(result, boxes: Sequence[str] = ()) -> dict:
 
     episodes = [e for r in result.records_by_key.values() for e in r.get("episodes_validity", [])]
     validity = {m: c.to_dict() for m, c in VC.cards(episodes).items()}
-    return {"protocol": config.protocol, "validity": validity, "methods": list(config.all_methods), "metrics": list(config.metrics),
+    return {"protocol": config.protocol, "validity": validity, "methods": list(config.all_methods),
+            "metrics": list(config.metrics),
             "grid": list(config.grid), "seeds": list(config.seeds), "compare": list(config.compare),
             "curves": curves, "resolution": resolution, "placement": dict(placement),
             "known_answers": parse_tables(known)[0] if parse_tables(known) else None}

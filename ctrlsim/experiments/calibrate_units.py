@@ -182,7 +182,8 @@ def ctrlbench_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
         details["dropped_probes"] += len(record.get("dropped") or {})
         details["probes"] += int(record["k"])
         identity, llm = record["box"], record["llm"]
-        validity.append({k: record.get(k) for k in ("method", "label", "recommender", "target", "seed", "validity")})
+        validity.append({k: record.get(k)
+                         for k in ("method", "label", "recommender", "target", "seed", "validity")})
         histories = [list(p["behaviour"]) for p in record["personas"]]
         starts[obs] = histories
         if _lambda(box) == 0.0:

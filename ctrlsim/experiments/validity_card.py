@@ -8,6 +8,7 @@ measured cannot be told from what a probe that ignores its goal would measure.
 
 A cluster of the bootstrap is one probe in one episode (all it decided there).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,9 +21,11 @@ from ctrlsim.metrics.stats import Estimate
 
 FAIL_MARK = "†"
 MIN_SLATE_TARGETS = 5  # fewer target items on the box's slates leave adherence on slates undefined
-FAIL_NOTE = (f"{FAIL_MARK} the method failed its validity card: its adherence interval on the fixed check "
-             "does not lie above 0, so it cannot be told from a probe that ignores its goal; its differences "
-             "are not evidence about the box.")
+FAIL_NOTE = (
+    f"{FAIL_MARK} the method failed its validity card: its adherence interval on the fixed check "
+    "does not lie above 0, so it cannot be told from a probe that ignores its goal; its differences "
+    "are not evidence about the box."
+)
 
 
 @dataclass(frozen=True)
@@ -56,21 +59,36 @@ class Card:
 
     def to_dict(self) -> dict:
         def est(e: Estimate) -> dict:
-            return {k: (None if not np.isfinite(v) else float(v)) for k, v in
-                    (("value", e.value), ("low", e.low), ("high", e.high))} | {"n": e.n}
+            return {
+                k: (None if not np.isfinite(v) else float(v))
+                for k, v in (("value", e.value), ("low", e.low), ("high", e.high))
+            } | {"n": e.n}
 
-        return {"method": self.method, "label": self.label, "episodes": self.episodes, "passes": self.passes,
-                "verdict": self.verdict,
-                "adherence": est(self.adherence.adherence) | {
-                    "like_target": _num(self.adherence.like_target), "like_other": _num(self.adherence.like_other),
-                    "n_target": self.adherence.n_target, "n_other": self.adherence.n_other},
-                "slate_adherence": est(self.slate_adherence.adherence) | {
-                    "like_target": _num(self.slate_adherence.like_target),
-                    "like_other": _num(self.slate_adherence.like_other),
-                    "n_target": self.slate_adherence.n_target, "n_other": self.slate_adherence.n_other},
-                "fidelity_auc": est(self.fidelity) | {"decisions": self.fidelity_n},
-                "relevance": est(self.relevance),
-                "parse_failures": self.parse_failures, "decisions": self.decisions}
+        return {
+            "method": self.method,
+            "label": self.label,
+            "episodes": self.episodes,
+            "passes": self.passes,
+            "verdict": self.verdict,
+            "adherence": est(self.adherence.adherence)
+            | {
+                "like_target": _num(self.adherence.like_target),
+                "like_other": _num(self.adherence.like_other),
+                "n_target": self.adherence.n_target,
+                "n_other": self.adherence.n_other,
+            },
+            "slate_adherence": est(self.slate_adherence.adherence)
+            | {
+                "like_target": _num(self.slate_adherence.like_target),
+                "like_other": _num(self.slate_adherence.like_other),
+                "n_target": self.slate_adherence.n_target,
+                "n_other": self.slate_adherence.n_other,
+            },
+            "fidelity_auc": est(self.fidelity) | {"decisions": self.fidelity_n},
+            "relevance": est(self.relevance),
+            "parse_failures": self.parse_failures,
+            "decisions": self.decisions,
+        }
 
 
 def _num(x: float) -> float | None:
@@ -88,26 +106,42 @@ def card_for(method: str, records: list[dict], *, seed: int = 0) -> Card:
     for r in records:
         v = r.get("validity") or {}
         check += [(_cluster(r, d["probe"]), d["target"], d["liked"]) for d in v.get("check", [])]
-        fidelity += [(_cluster(r, d["probe"]), d["rating"] >= 4, float(d["liked"]))
-                     for d in v.get("fidelity_check", []) if d["rating"] >= 4 or d["rating"] <= 2]
+        fidelity += [
+            (_cluster(r, d["probe"]), d["rating"] >= 4, float(d["liked"]))
+            for d in v.get("fidelity_check", [])
+            if d["rating"] >= 4 or d["rating"] <= 2
+        ]
         parse_failures += int(v.get("check_parse_failures", 0)) + int(r.get("parse_failures", 0) or 0)
         decisions += int(r.get("decisions", 0) or 0)
         for c in v.get("slate_decisions", []):  # per probe: targets and others shown and liked
             cluster = _cluster(r, c["probe"])
             for kind, is_target in (("target", True), ("other", False)):
                 liked, shown = int(c[f"{kind}_liked"]), int(c[f"{kind}_shown"])
-                slates += [(cluster, is_target, True)] * liked + [(cluster, is_target, False)] * (shown - liked)
+                slates += [(cluster, is_target, True)] * liked + [(cluster, is_target, False)] * (
+                    shown - liked
+                )
     label = records[0].get("label", method) if records else method
 
     def card(rows):
-        return V.adherence_card([c for c, _, _ in rows], [t for _, t, _ in rows], [x for _, _, x in rows],
-                                seed=seed)
+        return V.adherence_card(
+            [c for c, _, _ in rows], [t for _, t, _ in rows], [x for _, _, x in rows], seed=seed
+        )
 
     relevance = _pooled_relevance(records, seed)
-    return Card(method, label, len(records), card(check), card(slates),
-                V.fidelity_auc([c for c, _, _ in fidelity], [p for _, p, _ in fidelity],
-                               [s for _, _, s in fidelity], seed=seed),
-                len(fidelity), relevance, parse_failures, decisions)
+    return Card(
+        method,
+        label,
+        len(records),
+        card(check),
+        card(slates),
+        V.fidelity_auc(
+            [c for c, _, _ in fidelity], [p for _, p, _ in fidelity], [s for _, _, s in fidelity], seed=seed
+        ),
+        len(fidelity),
+        relevance,
+        parse_failures,
+        decisions,
+    )
 
 
 def _pooled_relevance(records: list[dict], seed: int) -> Estimate:
@@ -117,9 +151,9 @@ def _pooled_relevance(records: list[dict], seed: int) -> Estimate:
     counts = [((r.get("validity") or {}).get("relevance") or {}) for r in records]
     rows: list[tuple[str, bool]] = []
     for r, c in zip(records, counts):
-        n, value = c.get("likes"), c.get("relevant")
-        if n:
-            rows += [(_cluster(r, "episode"), True)] * int(value) + [(_cluster(r, "episode"), False)] * int(n - value)
+        n, relevant = int(c.get("likes") or 0), int(c.get("relevant") or 0)
+        cluster = _cluster(r, "episode")
+        rows += [(cluster, True)] * relevant + [(cluster, False)] * (n - relevant)
     return V.share_ci([c for c, _ in rows], [h for _, h in rows], seed=seed)
 
 
@@ -142,6 +176,7 @@ def _interval(e: Estimate, digits: int = 2) -> str:
 def _rates(c: V.AdherenceCard) -> str:
     def pct(x):
         return "-" if not np.isfinite(x) else f"{100 * x:.0f}%"
+
     return f"{pct(c.like_target)} / {pct(c.like_other)} ({c.n_target} / {c.n_other})"
 
 
@@ -149,27 +184,55 @@ def validity_table(found: Mapping[str, Card]) -> str:
     """The "Probe validity" table: one row per method."""
     from ctrlsim.experiments.tables import github_table
 
-    header = ["Method", "Episodes", "Adherence", "Likes: target / other (n)", "Adherence on slates",
-              "Slate likes: target / other (n)", "Fidelity AUC", "Relevance", "Parse failures", "Card"]
+    header = [
+        "Method",
+        "Episodes",
+        "Adherence",
+        "Likes: target / other (n)",
+        "Adherence on slates",
+        "Slate likes: target / other (n)",
+        "Fidelity AUC",
+        "Relevance",
+        "Parse failures",
+        "Card",
+    ]
     rows = []
     for c in found.values():
-        slate = _interval(c.slate_adherence.adherence) if c.slate_adherence.n_target >= MIN_SLATE_TARGETS \
+        slate = (
+            _interval(c.slate_adherence.adherence)
+            if c.slate_adherence.n_target >= MIN_SLATE_TARGETS
             else f"undefined (the box showed {c.slate_adherence.n_target} targets)"
+        )
         fidelity = _interval(c.fidelity) + f" ({c.fidelity_n})" if c.fidelity_n else "no source users"
-        rows.append([c.label, c.episodes, _interval(c.adherence.adherence), _rates(c.adherence), slate,
-                     _rates(c.slate_adherence), fidelity, _interval(c.relevance), f"{c.parse_failures}",
-                     c.verdict])
-    note = ("Adherence = P(like | target) - P(like | other) on the fixed check (the same slates for every "
-            f"box, decided by each probe as it starts) and on the box's own slates (undefined below "
-            f"{MIN_SLATE_TARGETS} targets shown); Fidelity AUC = liking the source user's items rated >= 4 "
-            "over those rated <= 2, goal hidden (0.5 = chance); Relevance = share of likes whose tags meet "
-            "the persona's interests or seed items. 95% percentile cluster-bootstrap intervals, a cluster = "
-            "one probe in one episode. A card passes when the adherence interval lies above 0.")
+        rows.append(
+            [
+                c.label,
+                c.episodes,
+                _interval(c.adherence.adherence),
+                _rates(c.adherence),
+                slate,
+                _rates(c.slate_adherence),
+                fidelity,
+                _interval(c.relevance),
+                f"{c.parse_failures}",
+                c.verdict,
+            ]
+        )
+    note = (
+        "Adherence = P(like | target) - P(like | other) on the fixed check (the same slates for every "
+        f"box, decided by each probe as it starts) and on the box's own slates (undefined below "
+        f"{MIN_SLATE_TARGETS} targets shown); Fidelity AUC = liking the source user's items rated >= 4 "
+        "over those rated <= 2, goal hidden (0.5 = chance); Relevance = share of likes whose tags meet "
+        "the persona's interests or seed items. 95% percentile cluster-bootstrap intervals, a cluster = "
+        "one probe in one episode. A card passes when the adherence interval lies above 0."
+    )
     return github_table([[str(x) for x in row] for row in rows], header) + "\n\n" + note
 
 
 def marked_records(records: Mapping[str, dict], found: Mapping[str, Card]) -> dict[str, dict]:
     """The records with each failing method's label marked, so every table row shows it."""
     failing = {m for m, c in found.items() if c.has_check and not c.passes}
-    return {k: ({**r, "label": f"{r.get('label', r['method'])} {FAIL_MARK}"} if r["method"] in failing else r)
-            for k, r in records.items()}
+    return {
+        k: ({**r, "label": f"{r.get('label', r['method'])} {FAIL_MARK}"} if r["method"] in failing else r)
+        for k, r in records.items()
+    }

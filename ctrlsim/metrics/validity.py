@@ -12,6 +12,7 @@ Intervals are percentile cluster-bootstrap intervals: a cluster is everything on
 one episode (its decisions are correlated; probes and episodes are not shared), resampled whole,
 so the interval stays inside the statistic's range ([-1, 1] for adherence, [0, 1] for the AUC).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,9 +50,14 @@ def decision_auc(positive: Sequence[bool], score: Sequence[float]) -> float:
     return float((greater + 0.5 * ties) / (a.size * b.size))
 
 
-def cluster_bootstrap(statistic: Callable[[np.ndarray], float], clusters: Sequence[object], *,
-                      confidence: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
-                      seed: int = 0) -> Estimate:
+def cluster_bootstrap(
+    statistic: Callable[[np.ndarray], float],
+    clusters: Sequence[object],
+    *,
+    confidence: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> Estimate:
     """`statistic(rows)` on all rows, with a percentile interval from resampling whole clusters.
 
     `clusters[i]` names row i's cluster; `statistic` gets an index array of rows (repeats allowed).
@@ -64,8 +70,12 @@ def cluster_bootstrap(statistic: Callable[[np.ndarray], float], clusters: Sequen
     if np.isnan(value) or len(groups) < 2:
         return Estimate(float(value), float("nan"), float("nan"), len(groups), confidence)
     rng = np.random.default_rng(seed)
-    draws = np.array([statistic(np.concatenate([groups[i] for i in rng.integers(0, len(groups), len(groups))]))
-                      for _ in range(resamples)])
+    draws = np.array(
+        [
+            statistic(np.concatenate([groups[i] for i in rng.integers(0, len(groups), len(groups))]))
+            for _ in range(resamples)
+        ]
+    )
     draws = draws[~np.isnan(draws)]
     if draws.size == 0:
         return Estimate(float(value), float("nan"), float("nan"), len(groups), confidence)
@@ -95,15 +105,17 @@ class AdherenceCard:
         return self.defined and not np.isnan(self.adherence.low) and self.adherence.low > 0
 
 
-def adherence_card(clusters: Sequence[object], is_target: Sequence[bool], liked: Sequence[bool], *,
-                   seed: int = 0) -> AdherenceCard:
+def adherence_card(
+    clusters: Sequence[object], is_target: Sequence[bool], liked: Sequence[bool], *, seed: int = 0
+) -> AdherenceCard:
     t, x = np.asarray(is_target, dtype=bool), np.asarray(liked, dtype=bool)
     estimate = cluster_bootstrap(lambda rows: adherence(t[rows], x[rows]), clusters, seed=seed)
     return AdherenceCard(estimate, like_rate(x[t]), like_rate(x[~t]), int(t.sum()), int((~t).sum()))
 
 
-def fidelity_auc(clusters: Sequence[object], positive: Sequence[bool], score: Sequence[float], *,
-                 seed: int = 0) -> Estimate:
+def fidelity_auc(
+    clusters: Sequence[object], positive: Sequence[bool], score: Sequence[float], *, seed: int = 0
+) -> Estimate:
     """The fidelity AUC (rated >= 4 over rated <= 2) with its cluster-bootstrap interval."""
     pos, s = np.asarray(positive, dtype=bool), np.asarray(score, dtype=float)
     return cluster_bootstrap(lambda rows: decision_auc(pos[rows], s[rows]), clusters, seed=seed)

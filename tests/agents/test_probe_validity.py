@@ -3,6 +3,7 @@ question heads on a stand-in LLM whose probabilities the test sets, and their ca
 
 Adherence and fidelity are recomputed here with pandas from the stored decisions, independently of
 `ctrlsim.metrics.validity`."""
+
 import json
 
 import numpy as np
@@ -41,8 +42,17 @@ class LikeAll:
 
 
 def _checks(ml100k, population, items, seed=0):
-    return run_checks(population, ml100k, target_items=items, target_name=TARGET, target_tags=("War", "Film-Noir"),
-                      seed=seed, slate_size=3, budget=4, like_prob=0.5)
+    return run_checks(
+        population,
+        ml100k,
+        target_items=items,
+        target_name=TARGET,
+        target_tags=("War", "Film-Noir"),
+        seed=seed,
+        slate_size=3,
+        budget=4,
+        like_prob=0.5,
+    )
 
 
 def _hand_adherence(check) -> float:
@@ -68,7 +78,9 @@ def test_the_fidelity_check_uses_the_users_own_ratings_outside_the_seed_history(
 
 
 def test_target_only_liker_scores_one_and_like_everything_scores_zero(ml100k, personas, war_items):
-    oracle = Population(personas, CustomPolicy.per_probe("oracle", lambda p, rng: TargetSeekingProbe(war_items)))
+    oracle = Population(
+        personas, CustomPolicy.per_probe("oracle", lambda p, rng: TargetSeekingProbe(war_items))
+    )
     result = _checks(ml100k, oracle, war_items)
     assert _hand_adherence(result["check"]) == 1.0
     card = VC.card_for("oracle", [{"method": "oracle", "seed": 0, "validity": result}])
@@ -84,7 +96,9 @@ def test_target_only_liker_scores_one_and_like_everything_scores_zero(ml100k, pe
 
 def test_a_coin_flip_probes_adherence_interval_contains_zero(ml100k, personas, war_items):
     coin = Population(personas, CustomPolicy.per_probe("coin", lambda p, rng: RandomProbe(rng, 0.5)))
-    records = [{"method": "coin", "seed": s, "validity": _checks(ml100k, coin, war_items, seed=s)} for s in range(4)]
+    records = [
+        {"method": "coin", "seed": s, "validity": _checks(ml100k, coin, war_items, seed=s)} for s in range(4)
+    ]
     card = VC.card_for("coin", records)
     assert card.adherence.adherence.low <= 0.0 <= card.adherence.adherence.high
     assert not card.passes
@@ -96,7 +110,9 @@ def test_every_episode_record_carries_its_validity(ml100k, personas, war_items):
     from ctrlsim.recommenders import make_recommender
 
     box = make_recommender("popularity", ml100k, mask_shown=True)
-    oracle = Population(personas, CustomPolicy.per_probe("oracle", lambda p, rng: TargetSeekingProbe(war_items)))
+    oracle = Population(
+        personas, CustomPolicy.per_probe("oracle", lambda p, rng: TargetSeekingProbe(war_items))
+    )
     spec = EpisodeSpec("oracle", "Oracle", "popularity", TARGET, 0, 3, 3, True, 0.3, ("War", "Film-Noir"))
     record = play_episode(spec, oracle, box, war_items, show_progress=False)
     validity = record["validity"]
@@ -106,7 +122,10 @@ def test_every_episode_record_carries_its_validity(ml100k, personas, war_items):
     rounds = [r for p in record["probes"] for r in p["rounds"]]
     shown_targets = sum(i in war_items for r in rounds for i in r["slate"])
     assert validity["slate_counts"]["target"] == shown_targets
-    assert validity["slate_counts"]["target_liked"] == shown_targets and validity["slate_counts"]["other_liked"] == 0
+    assert (
+        validity["slate_counts"]["target_liked"] == shown_targets
+        and validity["slate_counts"]["other_liked"] == 0
+    )
     assert record["decision"] is None  # scripted probes have no decision head
 
 
@@ -143,7 +162,9 @@ def _slate(ml100k, war_items):
 
 
 @pytest.mark.parametrize("head", ["yesno", "twostep"])
-def test_question_head_likes_equal_a_threshold_over_the_logged_probabilities(ml100k, personas, war_items, head):
+def test_question_head_likes_equal_a_threshold_over_the_logged_probabilities(
+    ml100k, personas, war_items, head
+):
     llm = QuestionLLM()
     settings = DecisionSettings(decision=head, threshold=0.6)
     policy = LLMPopulationPolicy(llm, ml100k, {"probe_0": personas[0]}, target=["War"], settings=settings)
@@ -169,19 +190,27 @@ def test_head_and_threshold_change_the_cache_key(tmp_path, ml100k, personas, war
     counts = []
     for head, threshold in (("yesno", 0.5), ("yesno", 0.5), ("yesno", 0.7), ("twostep", 0.5)):
         llm = QuestionLLM(cache=cache)
-        policy = LLMPopulationPolicy(llm, ml100k, {"probe_0": personas[0]}, target=["War"],
-                                     settings=DecisionSettings(decision=head, threshold=threshold))
+        policy = LLMPopulationPolicy(
+            llm,
+            ml100k,
+            {"probe_0": personas[0]},
+            target=["War"],
+            settings=DecisionSettings(decision=head, threshold=threshold),
+        )
         policy.act(obs, info, slate_size=3, budget=4)
         counts.append(llm.readings)
     assert counts == [3, 0, 3, 6]  # the same head and threshold replay; another of either is a new key
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"decision": "xml"}, "decision must be one of"),
-    ({"decision_threshold": 1.5}, "strictly between 0 and 1"),
-    ({"decision_threshold": 0.0}, "strictly between 0 and 1"),
-    ({"decision": "yesno", "allow_search": True}, "no search tool"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"decision": "xml"}, "decision must be one of"),
+        ({"decision_threshold": 1.5}, "strictly between 0 and 1"),
+        ({"decision_threshold": 0.0}, "strictly between 0 and 1"),
+        ({"decision": "yesno", "allow_search": True}, "no search tool"),
+    ],
+)
 def test_bad_decisions_are_config_errors_before_any_model_loads(kwargs, message):
     from ctrlsim.experiments.ctrlbench import CtrlBenchConfig
 

@@ -111,7 +111,8 @@ def test_a_field_added_later_is_left_out_of_stored_configs_while_it_holds_its_de
     assert config_from_dict(CtrlBenchConfig, stored).conversation == "memory"
     appended = config_to_dict(CtrlBenchConfig(conversation="append", decision="json"))
     assert appended["conversation"] == "append"  # a non-default value is recorded
-    assert config_from_dict(CtrlBenchConfig, appended) == CtrlBenchConfig(conversation="append", decision="json")
+    assert config_from_dict(CtrlBenchConfig, appended) == CtrlBenchConfig(conversation="append",
+                                                                          decision="json")
     evolve = config_to_dict(EvolveConfig(eval_conversation="append", decision="json"))
     assert evolve["eval_conversation"] == "append" and "conversation" not in evolve
     with pytest.raises(ConfigError, match="conversation"):

@@ -154,7 +154,8 @@ def searcher_module(tmp_path, monkeypatch):
 
 def test_search_likes_never_count_as_the_recommenders(ml100k, tmp_path, searcher_module):
     config = CtrlBenchConfig(methods=(searcher_module, "oracle"), recommenders=("popularity",),
-                             targets=("War",), agents=(3, 3), rounds=4, seeds=(0,), allow_search=True, decision="json")
+                             targets=("War",), agents=(3, 3), rounds=4, seeds=(0,), allow_search=True,
+                             decision="json")
     result = run_ctrlbench(config, RunOptions(out=str(tmp_path / "run")), show_progress=False)
     record = result["records"][episode_key(searcher_module, "popularity", "War", 0)]
     rounds = [r for p in record["probes"] for r in p["rounds"]]
