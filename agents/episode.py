@@ -254,7 +254,7 @@ def validity_record(population, trace, target_items: frozenset, dataset, checks:
             "relevance": estimate(relevance) | {"likes": len(likes),
                                                 "relevant": sum(d["relevant"] for d in likes)},
             "check": check, "fidelity_check": fidelity,
-            "check_tokens": checks["check_tokens"], "check_parse_failures": checks["check_parse_failures"],
+            "check_usage": checks["check_usage"], "check_parse_failures": checks["check_parse_failures"],
             "check_failed_probes": checks["check_failed_probes"]}
 
 

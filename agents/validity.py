@@ -265,7 +265,7 @@ def run_checks(
     return {
         "check": check,
         "fidelity_check": fidelity_check,
-        "check_tokens": usage.total_tokens,
+        "check_usage": usage.to_dict(),  # the checks are the instrument's cost, apart from the episode's
         "check_parse_failures": parse_failures,
         "check_failed_probes": sorted(failed),
     }

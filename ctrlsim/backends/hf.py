@@ -18,9 +18,8 @@ from ctrlsim.backends.llm import (
     Conversation,
     DigitScores,
     GenerationParams,
-    choice_token_ids,
-    digit_token_ids,
 )
+from ctrlsim.backends.token_scores import choice_token_ids, digit_token_ids
 from ctrlsim.errors import MissingDependencyError, ModelError, ModelNotFoundError
 from ctrlsim.lazy import lazy
 

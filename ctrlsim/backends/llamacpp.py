@@ -29,10 +29,8 @@ from ctrlsim.backends.llm import (
     Conversation,
     DigitScores,
     GenerationParams,
-    choice_token_ids,
-    digit_logprobs_from_logits,
-    digit_token_ids,
 )
+from ctrlsim.backends.token_scores import choice_token_ids, digit_logprobs_from_logits, digit_token_ids
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelError, PromptTooLongError
 from ctrlsim.lazy import lazy
 

@@ -23,8 +23,10 @@ to the replica with the fewest requests in flight.
 * **Token counts** a reply does not carry (no `usage`) are None, unknown, never a made-up 0.
 * **Ratings.** Chat templates are applied by the server, so a rating prompt cannot end
   inside the assistant turn; instead the last user message asks for a single digit and the
-  digit distribution is read from the first token's `top_logprobs`. Servers that return no
-  log-probs make `rate` raise a `ServerResponseError`; use `rate_by_generation` there.
+  digit distribution is read from the first token's `top_logprobs`. `choose` does the same with
+  an instruction to answer with one of its words (the question decision heads). Servers that
+  return no log-probs make both raise a `ServerResponseError`; use `rate_by_generation` there, and
+  the json decision head.
 * **Constrained decoding.** ``chat(json_schema=...)`` is sent as OpenAI's
   ``response_format={"type": "json_schema", ...}`` (vLLM, OpenAI). llama-cpp-python's server
   knows only ``{"type": "json_object", "schema": ...}``; when a server rejects the first
@@ -57,6 +59,7 @@ from ctrlsim.errors import (
 )
 
 DIGIT_INSTRUCTION = "Answer with a single digit from 0 to 5 and nothing else."
+ANSWER_INSTRUCTION = "Answer with one word, {}, and nothing else."
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 SCHEMA_STYLES = ("json_schema", "json_object")  # OpenAI / vLLM form, llama-cpp-python server form
 SNIPPET = 300  # characters of a bad body quoted in an error
@@ -332,24 +335,38 @@ class OpenAICompatLLM(LLM):
         return self._concurrently(one, list(zip(conversations, params)))
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
+        return self._first_token_scores(conversations, DIGIT_INSTRUCTION, RATING_DIGITS, "digit rating")
+
+    def _choice_logprobs(self, conversations: list[Conversation], prefix: str,
+                         choices: tuple[str, ...]) -> list[DigitScores]:
+        """Each answer's log-prob from the first reply token's `top_logprobs`, its spellings ("Yes",
+        " yes", ...) summed; an answer outside the server's top list has no mass (-inf)."""
+        return self._first_token_scores(conversations, ANSWER_INSTRUCTION.format(" or ".join(choices)),
+                                        choices, "reading answer probabilities")
+
+    def _first_token_scores(self, conversations: list[Conversation], instruction: str,
+                            labels: Sequence[str], what: str) -> list[DigitScores]:
+        """Log-probs of `labels` at the first reply token. The server applies the chat template, so a
+        prompt cannot end inside the assistant turn: the last user message ends with `instruction`."""
+        wanted = [label.strip().lower() for label in labels]
+
         def one(conv: Conversation) -> DigitScores:
             conv = [dict(m) for m in conv]
-            conv[-1]["content"] = f"{conv[-1]['content']}\n{DIGIT_INSTRUCTION}"
+            conv[-1]["content"] = f"{conv[-1]['content']}\n{instruction}"
             body = {"model": self.model, "messages": conv, "max_tokens": 1, "temperature": 0.0,
                     "logprobs": True, "top_logprobs": self.top_logprobs}
             choice, usage = self._chat_completion(body)
             content = (choice.get("logprobs") or {}).get("content")
             if not content:
-                raise ServerResponseError(f"{self.base_url} returned no logprobs, so digit rating is "
-                                          "impossible (use rate_by_generation): "
-                                          f"{json.dumps(choice)[:200]!r}")
-            digit = np.full(len(RATING_DIGITS), -np.inf)
+                raise ServerResponseError(f"{self.base_url} returned no logprobs, so {what} is "
+                                          "impossible: " f"{json.dumps(choice)[:200]!r}")
+            scores = np.full(len(wanted), -np.inf)
             for entry in _checked_top_logprobs(content, self.base_url):
-                token = entry["token"].strip()
-                if token in RATING_DIGITS:
-                    k = RATING_DIGITS.index(token)
-                    digit[k] = np.logaddexp(digit[k], entry["logprob"])
-            return DigitScores(digit, usage.get("prompt_tokens"))  # None when the server sent no count
+                token = entry["token"].strip().lower()
+                if token in wanted:
+                    k = wanted.index(token)
+                    scores[k] = np.logaddexp(scores[k], entry["logprob"])
+            return DigitScores(scores, usage.get("prompt_tokens"))  # None when the server sent no count
 
         return self._concurrently(one, conversations)
 

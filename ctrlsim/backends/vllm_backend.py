@@ -29,13 +29,12 @@ import numpy as np
 
 from ctrlsim.backends.llm import (
     LLM,
-    RATING_DIGITS,
     Completion,
     Conversation,
     DigitScores,
     GenerationParams,
-    digit_token_ids,
 )
+from ctrlsim.backends.token_scores import choice_token_ids, digit_token_ids
 from ctrlsim.errors import (
     ConfigError,
     MissingDependencyError,
@@ -311,6 +310,18 @@ class VLLMLLM(LLM):
                            r.outputs[0].finish_reason or "stop") for r in results]
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
+        return self._top_scores(conversations, prefix, self._digit_ids)
+
+    def _choice_logprobs(self, conversations: list[Conversation], prefix: str,
+                         choices: tuple[str, ...]) -> list[DigitScores]:
+        self.engine  # noqa: B018 - the tokenizer comes with the engine
+        ids = choice_token_ids(lambda t: self.tokenizer.encode(t, add_special_tokens=False), choices)
+        return self._top_scores(conversations, prefix, ids)
+
+    def _top_scores(self, conversations: list[Conversation], prefix: str,
+                    groups: list[list[int]]) -> list[DigitScores]:
+        """log P of each token group (its spellings summed) at the first position after `prefix`,
+        from the engine's top `top_logprobs`; a group outside that list has no mass (-inf)."""
         from vllm import SamplingParams
 
         sp = SamplingParams(max_tokens=1, temperature=0.0, logprobs=self.top_logprobs)
@@ -319,10 +330,10 @@ class VLLMLLM(LLM):
         out = []
         for r in results:
             top = r.outputs[0].logprobs[0]  # token id -> Logprob
-            digit = np.full(len(RATING_DIGITS), -np.inf)
-            for k, ids in enumerate(self._digit_ids):
+            scores = np.full(len(groups), -np.inf)
+            for k, ids in enumerate(groups):
                 vals = [top[i].logprob for i in ids if i in top]
                 if vals:
-                    digit[k] = np.logaddexp.reduce(vals)
-            out.append(DigitScores(digit, len(r.prompt_token_ids)))
+                    scores[k] = np.logaddexp.reduce(vals)
+            out.append(DigitScores(scores, len(r.prompt_token_ids)))
         return out

@@ -120,10 +120,10 @@ def check_data(config: CalibrateConfig) -> None:
     """The data checks of the protocol (tags, targets, feasible scenarios, eligible users): no model."""
     method, box = config.all_methods[0], config.boxes()[0]
     if config.protocol == "ctrlbench":
-        from ctrlsim.experiments.ctrlbench import _dataset, check_targets
+        from ctrlsim.experiments.ctrlbench_inputs import check_targets, run_dataset
 
         cb = ctrlbench_config(config, method, box, config.seeds[0])
-        check_targets(cb, _dataset(cb))
+        check_targets(cb, run_dataset(cb))
     elif config.protocol == "steereval":
         for seed in config.seeds:
             if not _steereval_scenarios(steereval_config(config, method, box, seed))[1]:
@@ -155,10 +155,11 @@ def fixed_exposure(base_order, histories, rounds: int, slate_size: int, targets:
 
 
 def ctrlbench_unit(config: CalibrateConfig, method: str, box: str, seed: int, show_progress: bool) -> dict:
-    from ctrlsim.experiments.ctrlbench import _dataset, _recommender, episode_key, run_episode, target_items
+    from ctrlsim.experiments.ctrlbench import episode_key, run_episode
+    from ctrlsim.experiments.ctrlbench_inputs import run_box, run_dataset, target_items
 
     cb = ctrlbench_config(config, method, box, seed)
-    dataset = _dataset(cb)
+    dataset = run_dataset(cb)
     values: dict[str, dict[str, float]] = {"coverage": {}, "exposure": {}}
     known: dict[str, dict[str, float]] = {}
     details: dict[str, Any] = {"decisions": 0, "parse_failures": 0, "template_fallbacks": 0,
@@ -187,7 +188,7 @@ def ctrlbench_unit(config: CalibrateConfig, method: str, box: str, seed: int, sh
         histories = [list(p["behaviour"]) for p in record["personas"]]
         starts[obs] = histories
         if _lambda(box) == 0.0:
-            recommender = _recommender(cb, box)
+            recommender = run_box(cb, box)
             known.setdefault("exposure", {})[obs] = 100.0 * fixed_exposure(
                 recommender.base_order, histories, cb.rounds, record["slate_size"], targets, dataset.item_ids)
     return {"values": values, "known": known, "details": details, "start_histories": starts,

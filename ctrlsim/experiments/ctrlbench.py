@@ -47,10 +47,16 @@ from ctrlsim.experiments.config import (
 )
 from ctrlsim.experiments.ctrlbench_inputs import (  # noqa: F401 - part of this runner's API
     ROSTER_METHOD,
+    cache_file,
     cache_uses,
     check_targets,
     load_roster,
+    method_label,
+    method_population,
     roster_digest,
+    run_box,
+    run_dataset,
+    run_llm,
     target_items,
     target_tags,
 )
@@ -284,56 +290,7 @@ def parse_key(key: str) -> tuple[str, str, str, int]:
             from None
 
 
-# ----------------------------------------------------------------------------- shared resources
-
-def _cache_file(name: str) -> Path:
-    """A file of this runner's cache folder; nothing is created (the cache creates its folder when it
-    opens, so a run that needs no LLM never touches $CTRLSIM_CACHE)."""
-    from ctrlsim.backends.bundled import cache_root
-
-    return cache_root() / "ctrlbench" / name
-
-
-def _dataset(config: CtrlBenchConfig):
-    from ctrlsim.experiments.units import cached_dataset
-
-    return cached_dataset(config.dataset)
-
-
-def _llm(config: CtrlBenchConfig):
-    from ctrlsim.experiments.units import cached_llm
-
-    return cached_llm(config.llm, _cache_file("llm-responses.sqlite") if config.cache else None)
-
-
-def _recommender(config: CtrlBenchConfig, box: str):
-    from ctrlsim.experiments.executor import worker_cache
-    from ctrlsim.recommenders import make_recommender
-
-    options: dict[str, Any] = {"mask_shown": True}
-    if config.recommender_llm and box == "keyword-bm25":
-        options["llm"] = config.recommender_llm
-    name = f"recommender:{config.dataset}:{box}:{config.recommender_llm if 'llm' in options else ''}"
-    return worker_cache(name, lambda: make_recommender(box, _dataset(config), **options))
-
-
 # ----------------------------------------------------------------------------- one episode
-
-def _population(config: CtrlBenchConfig, method: str, context):
-    from ctrlsim.agents.methods import Population, get_method
-
-    if method == ROSTER_METHOD:
-        assert config.roster is not None  # checked in CtrlBenchConfig.__post_init__
-        artefacts = {"roster_file": str(config.roster), "roster_sha256": roster_digest(config.roster)}
-        return Population(tuple(load_roster(config.roster)), "llm", artefacts=artefacts)
-    return get_method(method).builder()(context)
-
-
-def method_label(method: str) -> str:
-    from ctrlsim.agents.methods import get_method
-
-    return "Roster (from file)" if method == ROSTER_METHOD else get_method(method).label
-
 
 def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True) -> dict:
     """One (method, box, target, seed) episode -> its record (a pure function of config and key)."""
@@ -343,8 +300,8 @@ def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True
 
     started = time.perf_counter()
     method, box, target, seed = parse_key(key)
-    dataset = _dataset(config)
-    recommender = _recommender(config, box)
+    dataset = run_dataset(config)
+    recommender = run_box(config, box)
     targets = target_items(dataset, target)
     settings = config.decision_settings()
     slate_size = config.slate_for(box)
@@ -354,14 +311,14 @@ def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True
         k_large=config.agents[0], k_small=config.agents[1], rounds=config.rounds, slate_size=slate_size,
         decision_settings=settings,
         profile_settings=ProfileSettings(l_init=tuple(config.l_init), temperature=config.temperature),
-        llm_factory=lambda: _llm(config),
-        profile_store=_cache_file("profiles.sqlite") if config.cache else None,
+        llm_factory=lambda: run_llm(config),
+        profile_store=cache_file("profiles.sqlite") if config.cache else None,
         options=dict(config.method_options.get(method, {})), show_progress=show_progress)
-    population = _population(config, method, context)
+    population = method_population(method, config.roster, context)
     spec = EpisodeSpec(method, method_label(method), box, target, seed, config.rounds, slate_size,
                        config.target_visible, config.like_prob, target_tags(target), config.allow_search,
                        config.task)
-    llm = _llm(config) if population.policy == "llm" else None
+    llm = run_llm(config) if population.policy == "llm" else None
     record = play_episode(spec, population, recommender, targets, llm=llm, settings=settings,
                           show_progress=show_progress)
     # The unit's wall time: loading the box and writing the personas count, not only the rounds.
@@ -378,7 +335,7 @@ def episode_unit(unit: ProgressPayload, key: str) -> dict:
 def _check(ctx) -> None:
     from ctrlsim.backends.bundled import check_cache_writable
 
-    check_targets(ctx.config, _dataset(ctx.config))  # bad targets and rosters fail before any model loads
+    check_targets(ctx.config, run_dataset(ctx.config))  # bad targets and rosters fail before any model loads
     check_cache_writable(cache_uses(ctx.config))  # an unwritable $CTRLSIM_CACHE fails now, not per episode
 
 
@@ -415,7 +372,7 @@ def _plan(ctx, finished) -> list[str]:
 
 def _sizes(config: CtrlBenchConfig) -> dict[str, int]:
     """Items per target and per tag of every target."""
-    dataset = _dataset(config)
+    dataset = run_dataset(config)
     sizes = {target: len(target_items(dataset, target)) for target in config.targets}
     sizes.update({tag: len(dataset.items_with_tag(tag)) for t in config.targets for tag in target_tags(t)})
     return sizes

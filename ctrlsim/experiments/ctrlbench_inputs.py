@@ -1,10 +1,12 @@
 """What a ctrlbench run reads besides its config: target sets (a tag or a '+' union of tags),
-stored rosters, and the data checks that run before any model loads."""
+stored rosters, the population each method builds, the dataset, box and LLM of a run (one copy per
+worker), and the data checks that run before any model loads."""
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from ctrlsim.errors import ConfigError, DataError, DataFileError
 
@@ -99,3 +101,51 @@ def cache_uses(config) -> dict[str, str]:
                                          else None).items():
             uses.setdefault(part, what)
     return uses
+
+
+def method_population(method: str, roster: str | None, context):
+    """The probes of `method` (a registered method, or the stored roster at `roster`)."""
+    from ctrlsim.agents.methods import Population, get_method
+
+    if method == ROSTER_METHOD:
+        assert roster is not None  # checked in CtrlBenchConfig.__post_init__
+        artefacts = {"roster_file": str(roster), "roster_sha256": roster_digest(roster)}
+        return Population(tuple(load_roster(roster)), "llm", artefacts=artefacts)
+    return get_method(method).builder()(context)
+
+
+def method_label(method: str) -> str:
+    from ctrlsim.agents.methods import get_method
+
+    return "Roster (from file)" if method == ROSTER_METHOD else get_method(method).label
+
+
+def cache_file(name: str) -> Path:
+    """A file of this runner's cache folder; nothing is created (the cache creates its folder when it
+    opens, so a run that needs no LLM never touches $CTRLSIM_CACHE)."""
+    from ctrlsim.backends.bundled import cache_root
+
+    return cache_root() / "ctrlbench" / name
+
+
+def run_dataset(config):
+    from ctrlsim.experiments.units import cached_dataset
+
+    return cached_dataset(config.dataset)
+
+
+def run_llm(config):
+    from ctrlsim.experiments.units import cached_llm
+
+    return cached_llm(config.llm, cache_file("llm-responses.sqlite") if config.cache else None)
+
+
+def run_box(config, box: str):
+    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.recommenders import make_recommender
+
+    options: dict[str, Any] = {"mask_shown": True}
+    if config.recommender_llm and box == "keyword-bm25":
+        options["llm"] = config.recommender_llm
+    name = f"recommender:{config.dataset}:{box}:{config.recommender_llm if 'llm' in options else ''}"
+    return worker_cache(name, lambda: make_recommender(box, run_dataset(config), **options))

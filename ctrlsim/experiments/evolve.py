@@ -107,8 +107,7 @@ class EvolveConfig:
         "help": "probe prompts in the evaluation rounds"})
     decision: str = field(default=DEFAULT_DECISION, metadata={
         "choices": list(DECISION_HEADS),
-        "help": "how LLM probes decide, in the loop and the evaluation: json, yesno or twostep "
-                "(`ctrlsim ctrlbench --help`; docs/probe-validity.md)"})
+        "help": "how LLM probes decide, in the loop and the evaluation (docs/probe-validity.md)"})
     decision_threshold: float = field(default=DEFAULT_THRESHOLD, metadata={
         "help": "P(yes) at or above which a question head likes an item, in (0, 1)"})
     eval_temperature: float = field(default=0.0, metadata={
@@ -159,9 +158,8 @@ class EvolveConfig:
         check_range("temperature", self.temperature, low=0.0, high=2.0)
         check_range("memory_rounds", self.memory_rounds, low=0, high=MAX_ROUNDS)
         check_range("eval_temperature", self.eval_temperature, low=0.0, high=2.0)
-        from ctrlsim.agents.llm_probe import check_decision
+        from ctrlsim.agents.llm_probe import check_decision  # a bad head fails before any model loads
 
-        # A bad head, threshold or combination fails now, before any model loads.
         for conversation in (self.conversation, self.eval_conversation):
             check_decision(self.decision, self.decision_threshold, allow_search=self.allow_search,
                            conversation=conversation)
@@ -326,15 +324,13 @@ def _decisions(config: EvolveConfig, *, evaluation: bool = False):
     rounds, under the same setting `ctrlsim ctrlbench` uses, so one roster gets one score."""
     from ctrlsim.agents import DecisionSettings
 
+    shared = dict(target_visible=config.target_visible, allow_search=config.allow_search,
+                  decision=config.decision, threshold=config.decision_threshold)
     if evaluation:
-        return DecisionSettings(memory_rounds=config.eval_memory_rounds, target_visible=config.target_visible,
-                                temperature=config.eval_temperature, allow_search=config.allow_search,
-                                conversation=config.eval_conversation, decision=config.decision,
-                                threshold=config.decision_threshold)
-    return DecisionSettings(memory_rounds=config.memory_rounds, target_visible=config.target_visible,
-                            temperature=config.temperature, allow_search=config.allow_search,
-                            conversation=config.conversation, decision=config.decision,
-                            threshold=config.decision_threshold)
+        return DecisionSettings(memory_rounds=config.eval_memory_rounds, temperature=config.eval_temperature,
+                                conversation=config.eval_conversation, **shared)
+    return DecisionSettings(memory_rounds=config.memory_rounds, temperature=config.temperature,
+                            conversation=config.conversation, **shared)
 
 
 @dataclass(frozen=True)

@@ -338,6 +338,15 @@ def test_json_schema_reaches_llama_cpp_server(two_slots):
     assert isinstance(data["title"], str) and isinstance(data["year"], int)
 
 
+@pytest.mark.llm
+def test_a_served_model_told_to_say_yes_puts_more_mass_on_yes_than_when_told_no(two_slots):
+    llm = OpenAICompatLLM(two_slots[1])
+    reading = llm.choose([[{"role": "user", "content": question}]
+                          for question in ("Say yes.", "Say no.")])
+    assert reading.probabilities[0, 0] > reading.probabilities[1, 0]
+    np.testing.assert_allclose(reading.probabilities.sum(axis=1), 1.0)
+
+
 # ------------------------------------------------------- the vLLM path, up to the client (no GPU here)
 
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -371,6 +380,22 @@ def test_vllm_spec_reaches_the_server_and_digit_ratings_come_from_logprobs():
     assert rating == pytest.approx(sum(d * w for d, w in weights.items()) / sum(weights.values()))
     assert llm.identity == {"runtime": "openai-compatible", "model": VLLM_MODEL, "base_url": server.url}
     assert llm.meter.total.prompt_tokens == 31
+
+
+def test_answer_probabilities_come_from_the_first_tokens_logprobs_with_spellings_summed():
+    from ctrlsim.backends import load_llm
+
+    top = {"Yes": -0.3, " yes": -2.0, "no": -1.5, "The": -4.0}  # "The" is neither answer
+    with ScriptedServer([("raw", vllm_rating_reply(top))]) as server:
+        llm = load_llm(f"{server.url}#{VLLM_MODEL}")
+        reading = llm.choose([[{"role": "user", "content": "Is Heat (1995) a crime film?"}]])
+    body = server.requests[0]
+    assert (body["logprobs"], body["top_logprobs"], body["max_tokens"]) == (True, 20, 1)
+    assert body["messages"][-1]["content"] == \
+        "Is Heat (1995) a crime film?\nAnswer with one word, yes or no, and nothing else."
+    yes, no = np.exp(-0.3) + np.exp(-2.0), np.exp(-1.5)
+    np.testing.assert_allclose(reading.probabilities, [[yes / (yes + no), no / (yes + no)]])
+    assert reading.prompt_tokens == [31]
 
 
 def test_replica_spec_spreads_a_batch_over_the_replicas():

@@ -172,15 +172,16 @@ def test_llm_methods_and_a_stored_roster_run_end_to_end(ml100k, tmp_path):
     roster.write_text(json.dumps([{"probe_id": "fan", "name": "Sam", "bio": "Sam loves old war movies.",
                                    "interests": ["war"], "behaviour": ["1", "22"]}]))
     config = CtrlBenchConfig(methods=("base-small",), recommenders=("popularity",), targets=("War",),
-                             agents=(2, 2), rounds=2, llm="smollm2-135m", roster=str(roster))
+                             agents=(1, 1), rounds=2, llm="smollm2-135m", roster=str(roster),
+                             decision="json")  # the JSON head: its replies are what is checked below
     result = run_ctrlbench(config, RunOptions(out=str(tmp_path / "llm")), show_progress=False)
     assert result["failed"] == {}
     small = result["records"][episode_key("base-small", "popularity", "War", 0)]
-    assert small["k"] == 2 and small["target_visible"] is True and small["llm"]["model"] == "smollm2-135m"
+    assert small["k"] == 1 and small["target_visible"] is True and small["llm"]["model"] == "smollm2-135m"
     assert small["setup_tokens"] > 0 and small["curves"]["tokens"][-1] > 0
     # Every reply is in the record; parse failures are the replies a plain JSON reader cannot use.
     replies = [r["reply"] for p in small["probes"] for r in p["rounds"]]
-    assert small["decisions"] == len(replies) == 4
+    assert small["decisions"] == len(replies) == 2
     assert small["parse_failures"] == sum(1 for text in replies if not usable_decision(text, 3))
     from_file = result["records"][episode_key("roster", "popularity", "War", 0)]
     assert [p["probe_id"] for p in from_file["probes"]] == ["fan"] and from_file["setup_tokens"] == 0

@@ -24,8 +24,11 @@ MODEL = "smollm2-135m"
 CASES: dict[str, tuple[tuple[str, ...], str | None, int, bool]] = {
     "probe": (("--recommender", "popularity", "--agents", "3", "--rounds", "5", "--target", "War"),
               None, 2, False),
+    # ctrlbench and calibrate decide with the JSON head: these cases test the driver, and one reply per
+    # slate is the cheapest decision (the question heads are tested in tests/agents/test_probe_validity.py)
     "ctrlbench": (("--methods", "base-small", "--recommenders", "popularity", "--targets", "War",
-                   "--agents", "1,1", "--rounds", "1", "--seeds", "0,1"), "--llm", 2, False),
+                   "--agents", "1,1", "--rounds", "1", "--seeds", "0,1", "--decision", "json"),
+                  "--llm", 2, False),
     "steereval": (("--users", "1", "--tags", "Horror", "--pool-size", "2", "--history-len", "3",
                    "--min-ratings", "4", "--conditions", "default", "--table8-samples", "1"),
                   "--llm", 2, False),
@@ -35,7 +38,7 @@ CASES: dict[str, tuple[tuple[str, ...], str | None, int, bool]] = {
                 "--recommender", "popularity", "--debate-max-tokens", "16", "--merge-max-tokens", "64"),
                "--llm", 8, True),
     "calibrate": (("--methods", "base-small", "--dials", "0,1", "--seeds", "0", "--targets", "War",
-                   "--agents", "1,1", "--rounds", "1"), "--llm", 2, False),
+                   "--agents", "1,1", "--rounds", "1", "--decision", "json"), "--llm", 2, False),
     "train-probe": (("--recommender", "popularity", "--timesteps", "64", "--n-steps", "32", "--budget", "4"),
                     None, 1, False),
 }

@@ -279,10 +279,11 @@ RANDOM_KEY, LLM_KEY = "random|popularity|War|seed=0", "base-small|popularity|War
 
 def ctrlbench_command(url: str, out) -> list[str]:
     """The smallest ctrlbench run with LLM probes: `random` (no LLM) first, then three `base-small`
-    probes whose personas are written in one concurrent batch of requests to `url`."""
+    probes whose personas are written in one concurrent batch of requests to `url`; the JSON decision
+    head, since the fake server only generates."""
     return [sys.executable, "-c", LAUNCH, "ctrlbench", "--methods", "random,base-small", "--recommenders",
             "popularity", "--targets", "War", "--agents", "3,3", "--rounds", "1", "--seeds", "0",
-            "--llm", f"{url}#fake-model", "--out", str(out)]
+            "--llm", f"{url}#fake-model", "--decision", "json", "--out", str(out)]
 
 
 def run_env(tmp_path) -> dict:
@@ -482,8 +483,13 @@ def test_table7_shows_tokens_a_server_did_not_send_as_unknown(mode, tmp_path):
         posts, setup = server.posts, server.setup_posts
     assert done.returncode == 0, done.stderr[-3000:]
     table = markdown_tables(done.stdout)["Table 7: all methods at t = 1, per black box"]
-    row = table[table["Method"] == "Base-Small"].iloc[0]
-    decisions, k = posts - setup, 3
+    row = table[table["Method"].str.startswith("Base-Small")].iloc[0]  # marked †: "hello" likes nothing
+    text = (out / "records.jsonl").read_text(encoding="utf-8")
+    lines = [json.loads(line) for line in text.splitlines()[1:]]
+    record = next(line["record"] for line in lines if line["key"].startswith("base-small"))
+    checks = record["validity"]["check_usage"]["calls"]  # the validity checks' calls are reported apart
+    decisions, k = posts - setup - checks, 3
+    assert checks > 0
     assert decisions > 0 and setup > 0
     if mode == "answer":
         assert row["Tokens"] == f"{round(6 * decisions / k)} ± n/a"

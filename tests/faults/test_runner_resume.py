@@ -55,7 +55,8 @@ CASES = {
     # units: random (no LLM, first), then base-small (LLM probes): the kill lands in the LLM episode
     "ctrlbench": RunnerCase("ctrlbench", ("--methods", "random,base-small", "--recommenders", "popularity",
                                           "--targets", "War", "--agents", "1,1", "--rounds", "2",
-                                          "--seeds", "0", "--llm", "smollm2-135m"), keys=2,
+                                          "--seeds", "0", "--llm", "smollm2-135m", "--decision", "json"),
+                            keys=2,
                             timing=("timing",)),
     # units: one per sampled user; each generates 5 lists (L0, P1-P3, one gender cue)
     "promptshift": RunnerCase("promptshift", ("--llms", "smollm2-135m", "--users", "2", "--scenarios",
@@ -68,7 +69,8 @@ CASES = {
                          keys=8, timing=("seconds", "cpu_seconds"), kill_when="phases"),
     # units: random on dial:0 (no LLM, first), then base-small on it: the kill lands in the LLM unit
     "calibrate": RunnerCase("calibrate", ("--methods", "random,base-small", "--dials", "0,1", "--seeds", "0",
-                                          "--rounds", "1", "--llm", "smollm2-135m"), keys=4,
+                                          "--rounds", "1", "--llm", "smollm2-135m", "--decision", "json"),
+                            keys=4,
                             timing=("timing",)),
     # one unit, the policy, trained in the driver: the kill lands mid-training (before any record),
     # and the resumed run trains again from the start to the same (seeded) policy
