@@ -5,7 +5,8 @@ probabilities after an assistant prefix such as "Rating: " (the only rating
 method that separates liked from disliked items on small models), and
 `rate_by_generation` is SteerEval's generate-and-parse rating, kept for
 faithful reproduction. All three go through the token meter and the optional
-response cache; runtimes implement only `_generate` and `_digit_logprobs`.
+response cache; runtimes implement `_generate` and `_digit_logprobs`, and `_choice_logprobs`
+where they can read next-token probabilities (`choose`, the question decision heads).
 `chat` takes one seed per conversation when asked (`seed=[...]`): the base class then calls
 `_generate` once per group of conversations with identical parameters, so every runtime sees
 one `GenerationParams` (one seed) per call.

@@ -335,17 +335,18 @@ class OpenAICompatLLM(LLM):
         return self._concurrently(one, list(zip(conversations, params)))
 
     def _digit_logprobs(self, conversations: list[Conversation], prefix: str) -> list[DigitScores]:
-        return self._first_token_scores(conversations, DIGIT_INSTRUCTION, RATING_DIGITS, "digit rating")
+        return self._first_token_scores(conversations, DIGIT_INSTRUCTION, RATING_DIGITS,
+                                        "digit rating is impossible (use rate_by_generation)")
 
     def _choice_logprobs(self, conversations: list[Conversation], prefix: str,
                          choices: tuple[str, ...]) -> list[DigitScores]:
         """Each answer's log-prob from the first reply token's `top_logprobs`, its spellings ("Yes",
         " yes", ...) summed; an answer outside the server's top list has no mass (-inf)."""
         return self._first_token_scores(conversations, ANSWER_INSTRUCTION.format(" or ".join(choices)),
-                                        choices, "reading answer probabilities")
+                                        choices, "answer probabilities cannot be read (use --decision json)")
 
     def _first_token_scores(self, conversations: list[Conversation], instruction: str,
-                            labels: Sequence[str], what: str) -> list[DigitScores]:
+                            labels: Sequence[str], unreadable: str) -> list[DigitScores]:
         """Log-probs of `labels` at the first reply token. The server applies the chat template, so a
         prompt cannot end inside the assistant turn: the last user message ends with `instruction`."""
         wanted = [label.strip().lower() for label in labels]
@@ -358,8 +359,8 @@ class OpenAICompatLLM(LLM):
             choice, usage = self._chat_completion(body)
             content = (choice.get("logprobs") or {}).get("content")
             if not content:
-                raise ServerResponseError(f"{self.base_url} returned no logprobs, so {what} is "
-                                          "impossible: " f"{json.dumps(choice)[:200]!r}")
+                raise ServerResponseError(f"{self.base_url} returned no logprobs, so {unreadable}: "
+                                          f"{json.dumps(choice)[:200]!r}")
             scores = np.full(len(wanted), -np.inf)
             for entry in _checked_top_logprobs(content, self.base_url):
                 token = entry["token"].strip().lower()

@@ -180,6 +180,7 @@ class VLLMLLM(LLM):
             raise ModelNotFoundError(f"no GGUF file at {model}")
         super().__init__(model_id or model, **kwargs)
         self.top_logprobs = top_logprobs
+        self._choice_ids: dict[tuple[str, ...], list[list[int]]] = {}  # answer words -> their token ids
         self.convert_dtype = convert_dtype
         self.device = "cpu" if cpu_build() else "cuda"
         options: dict[str, Any] = {"enable_prefix_caching": True, "seed": seed, "dtype": dtype,
@@ -314,9 +315,11 @@ class VLLMLLM(LLM):
 
     def _choice_logprobs(self, conversations: list[Conversation], prefix: str,
                          choices: tuple[str, ...]) -> list[DigitScores]:
-        self.engine  # noqa: B018 - the tokenizer comes with the engine
-        ids = choice_token_ids(lambda t: self.tokenizer.encode(t, add_special_tokens=False), choices)
-        return self._top_scores(conversations, prefix, ids)
+        if choices not in self._choice_ids:
+            self.engine  # noqa: B018 - the tokenizer comes with the engine
+            self._choice_ids[choices] = choice_token_ids(
+                lambda t: self.tokenizer.encode(t, add_special_tokens=False), choices)
+        return self._top_scores(conversations, prefix, self._choice_ids[choices])
 
     def _top_scores(self, conversations: list[Conversation], prefix: str,
                     groups: list[list[int]]) -> list[DigitScores]:
