@@ -167,11 +167,16 @@ def _estimate(values: Mapping[str, float]) -> Estimate:
     return mean_ci(list(values.values()))
 
 
+def _name(names: Mapping[str, str] | None, method: str) -> str:
+    """The method as a table row names it: marked where it failed its validity card."""
+    return (names or {}).get(method, method)
+
+
 def _cell(est: Estimate, digits: int) -> str:
     return format_estimate(est, digits=digits)
 
 
-def metric_table(config, obs, metric: str) -> str:
+def metric_table(config, obs, metric: str, names: Mapping[str, str] | None = None) -> str:
     rows = []
     for method in config.all_methods:
         by_lambda = curve(config, obs, method, metric)
@@ -181,13 +186,13 @@ def metric_table(config, obs, metric: str) -> str:
         rho = "-" if np.isnan(corr.rho) else f"{corr.rho:+.2f}" if np.isnan(corr.low) else \
             f"{corr.rho:+.2f} [{corr.low:+.2f}, {corr.high:+.2f}]"
         n = sorted({len(v) for v in by_lambda.values()})
-        rows.append([method, *cells, rho, "/".join(map(str, n)) or "0"])
+        rows.append([_name(names, method), *cells, rho, "/".join(map(str, n)) or "0"])
     header = ["Method", *(f"lambda = {format_lambda(lam)}" for lam in config.grid), "Spearman rho [95% CI]",
               "obs. per lambda"]
     return github_table(rows, header)
 
 
-def known_table(config, records: Mapping[str, dict], obs) -> str:
+def known_table(config, records: Mapping[str, dict], obs, names: Mapping[str, str] | None = None) -> str:
     rows = []
     zero = config.grid[0]
     for method in config.all_methods:
@@ -196,14 +201,14 @@ def known_table(config, records: Mapping[str, dict], obs) -> str:
             observed = curve(config, obs, method, metric).get(zero, {})
             answer = known_answer(config, method, metric, at_zero, observed) if zero == 0.0 else None
             if answer is None:
-                rows.append([method, _label(metric), "none known", _cell(_estimate(observed), 4) if observed
+                rows.append([_name(names, method), _label(metric), "none known", _cell(_estimate(observed), 4) if observed
                              else "-", "-"])
             else:
-                rows.append([method, _label(metric), answer[0], answer[1], "yes" if answer[2] else "NO"])
+                rows.append([_name(names, method), _label(metric), answer[0], answer[1], "yes" if answer[2] else "NO"])
     return github_table(rows, ["Method", "Metric", "Known answer at lambda = 0", "Observed", "Holds"])
 
 
-def resolution_table(config, obs) -> str:
+def resolution_table(config, obs, names: Mapping[str, str] | None = None) -> str:
     header = ["Method", "Metric", "Resolution"]
     rows = []
     deltas: list[float] = []
@@ -220,11 +225,11 @@ def resolution_table(config, obs) -> str:
         cells = [f"{by_delta[d].told_apart}/{by_delta[d].pairs} ({by_delta[d].max_p:.2g})" if d in by_delta
                  else "-" for d in deltas]
         shown = "not resolved" if value is None else format_lambda(value)
-        rows.append([method, _label(metric), shown, *cells])
+        rows.append([_name(names, method), _label(metric), shown, *cells])
     return github_table(rows, header)
 
 
-def compare_table(config, obs) -> str:
+def compare_table(config, obs, names: Mapping[str, str] | None = None) -> str:
     metric = config.metrics[0]
     rows = []
     for box in config.compare:
@@ -238,11 +243,11 @@ def compare_table(config, obs) -> str:
                 text = "no scale: the method does not resolve the dial"
             else:
                 text, _ = match_lambda(grid, [_estimate(by_lambda[lam]) for lam in grid], box_est)
-            rows.append([box, method, _cell(box_est, _digits(metric)), text])
+            rows.append([box, _name(names, method), _cell(box_est, _digits(metric)), text])
     return github_table(rows, ["Box", "Method", _label(metric), "Responds like lambda [95% interval]"])
 
 
-def cost_table(config, records: Mapping[str, dict]) -> str:
+def cost_table(config, records: Mapping[str, dict], names: Mapping[str, str] | None = None) -> str:
     sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for record in records.values():
         family = "dial" if record["lambda"] is not None else record["box"]
@@ -256,7 +261,7 @@ def cost_table(config, records: Mapping[str, dict]) -> str:
                 for sub, v in value.items():
                     cell[f"{key}_{sub}"] += v
     keys = sorted({k for cell in sums.values() for k in cell} - {"units", "seconds"})
-    rows = [[method, family, f"{int(cell['units'])}", f"{cell['seconds']:.1f}",
+    rows = [[_name(names, method), family, f"{int(cell['units'])}", f"{cell['seconds']:.1f}",
              *(_cost_cell(cell, k) for k in keys)] for (method, family), cell in sorted(sums.items())]
     return github_table(rows, ["Method", "Boxes", "Units", "Seconds", *keys])
 
@@ -282,21 +287,22 @@ def render_tables(config, records: Mapping[str, dict]) -> str:
              "Each cell: mean ± half-width of the 95% confidence interval over the observations "
              "(ctrlbench: episodes; steereval: scenarios; promptshift: users x scenarios). Steps are paired "
              f"tests over the same observations, told apart at p < {ALPHA}."]
-    for metric in config.metrics:
-        parts += ["", f"## {_label(metric)} against lambda", "", metric_table(config, obs, metric)]
-    parts += ["", "## Known answers at lambda = 0", "", known_table(config, records, obs),
-              "", "## Resolution: the smallest lambda step told apart", "", resolution_table(config, obs)]
-    if config.compare:
-        parts += ["", "## Real boxes on the dial's scale", "", compare_table(config, obs)]
-    parts += ["", "## Cost and fallbacks", "", cost_table(config, records)]
     episodes = [e for r in records.values() for e in r.get("episodes_validity", [])]
-    if episodes:
-        from ctrlsim.experiments import validity_card as VC
+    from ctrlsim.experiments import validity_card as VC
 
-        found = VC.cards(episodes)
+    found = VC.cards(episodes) if episodes else {}
+    names = {m: f"{m} {VC.FAIL_MARK}" for m, c in found.items() if c.has_check and not c.passes}
+    for metric in config.metrics:
+        parts += ["", f"## {_label(metric)} against lambda", "", metric_table(config, obs, metric, names)]
+    parts += ["", "## Known answers at lambda = 0", "", known_table(config, records, obs, names),
+              "", "## Resolution: the smallest lambda step told apart", "", resolution_table(config, obs, names)]
+    if config.compare:
+        parts += ["", "## Real boxes on the dial's scale", "", compare_table(config, obs, names)]
+    parts += ["", "## Cost and fallbacks", "", cost_table(config, records, names)]
+    if found:
         parts += ["", "## Probe validity (does each method act on its goal and play its user?)", "",
                   VC.validity_table(found)]
-        if any(c.has_check and not c.passes for c in found.values()):
+        if names:
             parts += ["", VC.FAIL_NOTE]
     return "\n".join(parts) + "\n"
 

@@ -99,17 +99,37 @@ def _cluster(record: dict, probe: str) -> str:
     return "|".join(str(record.get(k)) for k in ("method", "recommender", "target", "seed")) + "|" + probe
 
 
+def _check_cluster(record: dict, probe: str) -> str:
+    """The fixed checks never touch the box: one probe of one (method, target, seed) takes the same
+    check in every box's episode, so the check's cluster leaves the box out."""
+    return "|".join(str(record.get(k)) for k in ("method", "target", "seed")) + "|" + probe
+
+
 def card_for(method: str, records: list[dict], *, seed: int = 0) -> Card:
-    """One method's card from its episode records (records without `validity` contribute nothing)."""
+    """One method's card from its episode records (records without `validity` contribute nothing).
+
+    A fixed-check decision repeated in several boxes' episodes (same probe, target, seed and item)
+    counts once: counting it per box would shrink the interval without new evidence."""
     check, slates, fidelity = [], [], []
+    seen: set[tuple[str, str, str]] = set()
+
+    def first(kind: str, cluster: str, item) -> bool:
+        key = (kind, cluster, str(item))
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
     parse_failures = decisions = 0
     for r in records:
         v = r.get("validity") or {}
-        check += [(_cluster(r, d["probe"]), d["target"], d["liked"]) for d in v.get("check", [])]
+        check += [(c, d["target"], d["liked"]) for d in v.get("check", [])
+                  if first("check", c := _check_cluster(r, d["probe"]), d["item"])]
         fidelity += [
-            (_cluster(r, d["probe"]), d["rating"] >= 4, float(d["liked"]))
+            (c, d["rating"] >= 4, float(d["liked"]))
             for d in v.get("fidelity_check", [])
-            if d["rating"] >= 4 or d["rating"] <= 2
+            if (d["rating"] >= 4 or d["rating"] <= 2) and first("fidelity", c := _check_cluster(r, d["probe"]),
+                                                                d["item"])
         ]
         parse_failures += int(v.get("check_parse_failures", 0)) + int(r.get("parse_failures", 0) or 0)
         decisions += int(r.get("decisions", 0) or 0)

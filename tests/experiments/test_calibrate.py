@@ -65,6 +65,18 @@ def test_ctrlbench_known_answers_and_the_target_seekers_rise(run, ml100k):
     assert rho_of(oracle).rho > 0.9
     assert np.mean(list(oracle[1.0].values())) > np.mean(list(oracle[0.0].values()))
     assert "| oracle   | Coverage (%)" in result["tables"] and "NO " not in result["tables"]
+    # the coin-flip probe fails its validity card, and every calibration table marks its rows
+    from ctrlsim.experiments.validity_card import FAIL_MARK, cards
+
+    found = cards(e for r in result["records"].values() for e in r["episodes_validity"])
+    assert found["oracle"].passes and not found["random"].passes
+    assert found["random"].adherence.adherence.low <= 0 <= found["random"].adherence.adherence.high
+    tables = result["tables"]
+    marked = f"| random {FAIL_MARK}"
+    sections = tables.split("\n## ")
+    for title in ("Coverage (%) against lambda", "Known answers", "Resolution", "Cost and fallbacks"):
+        section = next(s for s in sections if s.startswith(title))
+        assert marked in section and "| random  " not in section and f"oracle {FAIL_MARK}" not in section
 
 
 def test_popularity_box_responds_like_lambda_zero(run):
