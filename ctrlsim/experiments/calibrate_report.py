@@ -201,10 +201,11 @@ def known_table(config, records: Mapping[str, dict], obs, names: Mapping[str, st
             observed = curve(config, obs, method, metric).get(zero, {})
             answer = known_answer(config, method, metric, at_zero, observed) if zero == 0.0 else None
             if answer is None:
-                rows.append([_name(names, method), _label(metric), "none known", _cell(_estimate(observed), 4) if observed
-                             else "-", "-"])
+                cell = _cell(_estimate(observed), 4) if observed else "-"
+                rows.append([_name(names, method), _label(metric), "none known", cell, "-"])
             else:
-                rows.append([_name(names, method), _label(metric), answer[0], answer[1], "yes" if answer[2] else "NO"])
+                rows.append([_name(names, method), _label(metric), answer[0], answer[1],
+                             "yes" if answer[2] else "NO"])
     return github_table(rows, ["Method", "Metric", "Known answer at lambda = 0", "Observed", "Holds"])
 
 
@@ -295,7 +296,8 @@ def render_tables(config, records: Mapping[str, dict]) -> str:
     for metric in config.metrics:
         parts += ["", f"## {_label(metric)} against lambda", "", metric_table(config, obs, metric, names)]
     parts += ["", "## Known answers at lambda = 0", "", known_table(config, records, obs, names),
-              "", "## Resolution: the smallest lambda step told apart", "", resolution_table(config, obs, names)]
+              "", "## Resolution: the smallest lambda step told apart", "",
+              resolution_table(config, obs, names)]
     if config.compare:
         parts += ["", "## Real boxes on the dial's scale", "", compare_table(config, obs, names)]
     parts += ["", "## Cost and fallbacks", "", cost_table(config, records, names)]

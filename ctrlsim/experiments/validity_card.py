@@ -128,10 +128,13 @@ def card_for(method: str, records: list[dict], *, seed: int = 0) -> Card:
         fidelity += [
             (c, d["rating"] >= 4, float(d["liked"]))
             for d in v.get("fidelity_check", [])
-            if (d["rating"] >= 4 or d["rating"] <= 2) and first("fidelity", c := _check_cluster(r, d["probe"]),
-                                                                d["item"])
+            if (d["rating"] >= 4 or d["rating"] <= 2)
+            and first("fidelity", c := _check_cluster(r, d["probe"]), d["item"])
         ]
-        parse_failures += int(v.get("check_parse_failures", 0)) + int(r.get("parse_failures", 0) or 0)
+        # the check's parse failures repeat on every box it replays on: count them once per episode cluster
+        checked = first("parse", _check_cluster(r, ""), "")
+        parse_failures += int(v.get("check_parse_failures", 0)) * checked
+        parse_failures += int(r.get("parse_failures", 0) or 0)
         decisions += int(r.get("decisions", 0) or 0)
         for c in v.get("slate_decisions", []):  # per probe: targets and others shown and liked
             cluster = _cluster(r, c["probe"])
