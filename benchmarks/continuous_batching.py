@@ -35,7 +35,7 @@ from tabulate import tabulate
 
 from ctrlsim.backends import load_llm
 from ctrlsim.data import load_dataset
-from ctrlsim.experiments.evolve import EvolveConfig
+from ctrlsim.experiments.evolve.config import EvolveConfig
 
 
 def one_debate(llm, groups, dataset, continuous: bool) -> dict:

@@ -58,8 +58,9 @@ def paper_calls(
 
 
 def measure(args) -> tuple[dict, dict]:
+    import ctrlsim
     from ctrlsim.experiments.config import RunOptions
-    from ctrlsim.experiments.evolve import EvolveConfig, run_evolve
+    from ctrlsim.experiments.evolve.config import EvolveConfig
 
     config = EvolveConfig(
         agents=args.agents,
@@ -74,7 +75,7 @@ def measure(args) -> tuple[dict, dict]:
     )
     out = Path(args.out or tempfile.mkdtemp(prefix="evolution-cost-"))
     options = RunOptions(out=str(out), overwrite=not args.resume, allow_code_change=args.resume)
-    result = run_evolve(config, options, show_progress=True)
+    result = ctrlsim.run("evolve", config=config, options=options, show_progress=True).summary
     phases = dict(result["phases"])
     evaluation = result["evaluation"]
     if evaluation:

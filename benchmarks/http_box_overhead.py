@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from tabulate import tabulate
 
     from ctrlsim.data import load_dataset
-    from ctrlsim.recommenders.serve_process import ServedBox
+    from ctrlsim.recommenders.http.serve_process import ServedBox
 
     dataset = load_dataset("ml-100k")
     print(f"load average {os.getloadavg()[0]:.2f} at start")

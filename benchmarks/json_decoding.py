@@ -3,7 +3,7 @@
 Four conversations ask `qwen2.5-0.5b` for a persona (name, bio, interests) and generate up to
 200 tokens each, decoded as parallel sequences: sampled free text, greedy with the persona
 JSON schema, and sampled with it. A grammar check costs about as much for each candidate token,
-so these show what the grammar adds per token (`ctrlsim/backends/llamacpp_sampling.py` checks a
+so these show what the grammar adds per token (`ctrlsim/backends/llamacpp/sampling.py` checks a
 short list of the highest logits first). CPU seconds are the figure; the load is printed.
 
     CTRLSIM_THREADS=1 python benchmarks/json_decoding.py

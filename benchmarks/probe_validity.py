@@ -33,7 +33,7 @@ from tabulate import tabulate
 from ctrlsim.backends import load_llm
 from ctrlsim.backends.bundled import cache_root
 from ctrlsim.data import load_dataset
-from ctrlsim.experiments.ctrlbench import target_items
+from ctrlsim.experiments.ctrlbench.inputs import target_items
 from ctrlsim.metrics import validity as V
 
 DEV_TARGETS = ("Horror", "Romance", "Sci-Fi")

@@ -1,8 +1,9 @@
-"""Records before and after a change: the five runners on fixed tiny configs, compared record by record.
+"""Records before and after a change: seven runners on fixed tiny configs, compared record by record.
 
 Proves that, for a fixed small config of each runner (`probe`, `ctrlbench`, `evolve`, `steereval`,
-`promptshift`), the run folder's `records.jsonl` written by one version of the code equals the one
-written by another, apart from timing fields. Each runner runs as a user runs it,
+`promptshift`, `calibrate`, `train-probe`; the audit is these runners' sub-runs), the run
+folder's `records.jsonl` written by one version of the code equals the one written by another,
+apart from timing fields. Each runner runs as a user runs it,
 `python -m ctrlsim.experiments.cli <runner> --out <fresh folder> <flags>`, in its own process, on
 the smallest bundled LLM (`smollm2-135m`) and the bundled `minilm` encoder, with
 `CTRLSIM_THREADS=1` (and one thread for OpenMP/MKL/torch) and a fresh, private `$CTRLSIM_CACHE` per
@@ -111,6 +112,13 @@ RUNNERS: dict[str, Runner] = {r.name: r for r in (
     Runner("promptshift", ("--llms", LLM, "--users", "2", "--scenarios", "gender", "--n-candidates", "5",
                            "--k", "4", "--history-len", "5", "--min-fit-positives", "5"),
            "2 users x (L0, P1-P3, one gender cue) generated lists"),
+    Runner("calibrate", ("--protocol", "ctrlbench", "--methods", "oracle,random", "--dials", "0,1",
+                         "--seeds", "0,1", "--targets", "War", "--agents", "2,2", "--rounds", "2",
+                         "--llm", LLM),
+           "oracle and random probes on dial boxes 0 and 1, 2 seeds (8 units, no LLM call)"),
+    Runner("train-probe", ("--recommender", "popularity", "--target", "War", "--timesteps", "256",
+                           "--n-steps", "64", "--budget", "4", "--seed", "0"),
+           "a learned probe, 256 PPO timesteps against the popularity box (one unit, trained in the driver)"),
 )}
 
 SITECUSTOMIZE = '''\

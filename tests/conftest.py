@@ -101,7 +101,7 @@ def pytest_runtest_setup(item):
 def _watch_llm_construction():
     """Record every model-backed LLM built during the session (the runtimes are cheap to import)."""
     from ctrlsim.backends.hf import TransformersLLM
-    from ctrlsim.backends.llamacpp import LlamaCppLLM
+    from ctrlsim.backends.llamacpp.llm import LlamaCppLLM
     from ctrlsim.backends.vllm_backend import VLLMLLM
 
     def watched(cls):

@@ -10,7 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from ctrlsim.recommenders.serve_process import ServedBox, free_port  # noqa: F401 - re-exported for tests
+from ctrlsim.recommenders.http.serve_process import ServedBox, free_port  # noqa: F401 - re-exported for tests
 
 
 class FaultyService:

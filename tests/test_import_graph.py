@@ -5,8 +5,10 @@ The graph is read from the source with `ast` (nothing is imported), over every m
 package installs: `ctrlsim/`, `envs/` (installed as `ctrlsim.envs`) and `agents/` (installed as
 `ctrlsim.agents`). Edge rules:
 
-- Every `import` and `from ... import` of a `ctrlsim` module counts, at module level and inside
-  functions (a deferred import is still a dependency), except inside `if TYPE_CHECKING:`.
+- Every `import` and `from ... import` of a `ctrlsim` module counts, at module level, inside
+  functions (a deferred import is still a dependency) and inside `if TYPE_CHECKING:` (a type-only
+  import is still a dependency of the design: a circle through one means a type lives in the
+  wrong module).
   Relative imports are resolved against the importing module's package.
 - `import ctrlsim.x.y` names module `ctrlsim.x.y` if it exists, else the nearest package above
   it that does; `from ctrlsim.x import name` names the submodule `ctrlsim.x.name` when there is
@@ -86,24 +88,12 @@ def package_modules(roots: dict[str, Path] = ROOTS) -> dict[str, Module]:
     return modules
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 class _Imports(ast.NodeVisitor):
-    """(import statement, deferred?) for each import outside `if TYPE_CHECKING:` blocks."""
+    """(import statement, deferred?) for each import, `if TYPE_CHECKING:` blocks included."""
 
     def __init__(self) -> None:
         self.found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
         self._depth = 0  # > 0 inside a function body
-
-    def visit_If(self, node: ast.If) -> None:
-        if _is_type_checking(node.test):
-            for child in node.orelse:  # the `else:` branch runs
-                self.visit(child)
-        else:
-            self.generic_visit(node)
 
     def _function(self, node: ast.AST) -> None:
         self._depth += 1
@@ -183,7 +173,7 @@ def test_the_graph_reads_what_the_package_imports(graph):
     """Edges known from the source: an eager `__init__`'s import, a deferred one, a relative
     one, a name read from a package."""
     assert graph.has_edge("ctrlsim.backends", "ctrlsim.backends.encoders")          # eager __init__
-    assert graph.has_edge("ctrlsim.backends.specs", "ctrlsim.backends.llamacpp")    # inside load_llm
+    assert graph.has_edge("ctrlsim.backends.specs", "ctrlsim.backends.llamacpp.llm")    # inside load_llm
     assert graph.has_edge("ctrlsim.envs.probe_env", "ctrlsim.envs.checks")          # from .checks import
     assert graph.has_edge("ctrlsim.envs.probe_env", "ctrlsim.backends")             # a name of the package
     assert graph.has_edge("ctrlsim.backends.hf", "ctrlsim.lazy")
@@ -208,7 +198,8 @@ def test_the_edge_rules_on_a_package_written_here(tmp_path):
     assert sorted(g.edges) == sorted([
         ("ctrlsim.fake.a", "ctrlsim.fake.b"),             # relative `from . import b`: the submodule
         ("ctrlsim.fake.a", "ctrlsim.fake.c"),             # c.missing does not exist: its package
-        ("ctrlsim.fake.b", "ctrlsim.fake.c"),             # the else branch of TYPE_CHECKING runs
+        ("ctrlsim.fake.b", "ctrlsim.fake.a"),             # a TYPE_CHECKING import counts
+        ("ctrlsim.fake.b", "ctrlsim.fake.c"),             # and so does its else branch
         ("ctrlsim.fake.c", "ctrlsim.fake.b"),             # a function-level import counts
         ("ctrlsim.fake.lazy_target", "ctrlsim.fake"),     # a name, not a submodule: the package
         ("ctrlsim.fake.sub", "ctrlsim.fake.sub.inner"),   # an eager __init__ keeps its submodules
@@ -216,6 +207,7 @@ def test_the_edge_rules_on_a_package_written_here(tmp_path):
         ("ctrlsim.fake.sub.inner", "ctrlsim.fake.sub"),
     ])  # and ctrlsim.fake's PEP 562 import of lazy_target is dropped
     assert sorted(sorted(c) for c in nx.simple_cycles(g)) == [
+        ["ctrlsim.fake.a", "ctrlsim.fake.b"], ["ctrlsim.fake.a", "ctrlsim.fake.b", "ctrlsim.fake.c"],
         ["ctrlsim.fake.b", "ctrlsim.fake.c"], ["ctrlsim.fake.sub", "ctrlsim.fake.sub.inner"]]
 
 
@@ -230,7 +222,7 @@ def test_reports_never_import_from_runners(graph):
     """A report turns stored records into tables; it must not reach back into the runner
     that wrote them (a report module: a name ending in `_report`, or a module `report`)."""
     runners = runner_modules()
-    assert {"ctrlsim.experiments.ctrlbench", "ctrlsim.experiments.probe_run"} <= runners
+    assert {"ctrlsim.experiments.ctrlbench.runner", "ctrlsim.experiments.probe.runner"} <= runners
     assert runners <= set(graph), sorted(runners - set(graph))
     reports = [m for m in graph if m.endswith("_report") or m.rpartition(".")[2] == "report"]
     assert reports, "no report module found: the rule below would check nothing"
@@ -247,3 +239,63 @@ def test_no_module_is_over_the_line_limit():
     for n, name in over:
         print(f"{name}: {n} lines")
     assert not over, f"modules over {MAX_LINES} lines: " + ", ".join(f"{name} ({n})" for n, name in over)
+
+
+PROTOCOL_FILES = ("config", "units", "report", "runner")
+RUNNER_MAX_LINES = 45  # a runner module declares; it does not compute
+
+
+def protocol_packages() -> list[str]:
+    """The protocol folders under ctrlsim/experiments/ (each a package holding a runner.py)."""
+    root = REPO / "ctrlsim" / "experiments"
+    return sorted(p.parent.name for p in root.glob("*/runner.py"))
+
+
+def test_every_protocol_is_one_folder_with_the_same_four_files():
+    protocols = protocol_packages()
+    assert set(protocols) >= {"audit", "calibrate", "ctrlbench", "evolve", "probe", "promptshift",
+                              "steereval", "train_probe"}, protocols
+    root = REPO / "ctrlsim" / "experiments"
+    missing = [f"{p}/{f}.py" for p in protocols for f in PROTOCOL_FILES
+               if not (root / p / f"{f}.py").is_file()]
+    assert not missing, missing
+    lines = {p: len((root / p / "runner.py").read_text(encoding="utf-8").splitlines()) for p in protocols}
+    long = {p: n for p, n in lines.items() if n > RUNNER_MAX_LINES}
+    assert not long, f"runner.py over {RUNNER_MAX_LINES} lines: {long}"
+    flat = sorted(f.name for f in root.glob("*.py") if f.stem.split("_")[0] in protocols)
+    assert not flat, f"protocol modules left at the framework level: {flat}"
+
+
+def test_a_protocol_config_imports_none_of_its_siblings(graph):
+    offenders = sorted(f"{source} imports {target}" for p in protocol_packages()
+                       for source in [f"ctrlsim.experiments.{p}.config"]
+                       for target in graph.successors(source)
+                       if target.startswith(f"ctrlsim.experiments.{p}."))
+    assert not offenders, offenders
+
+
+def _string_constants(tree: ast.AST) -> list[str]:
+    """Every string constant of a module except docstrings (examples in prose may name a model)."""
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant):
+            docstrings.add(id(body[0].value))
+    return [n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+def test_the_default_llms_name_has_one_home():
+    """The runners' default model is named once, in backends/bundled.py; every config reads it from there."""
+    from ctrlsim.backends.bundled import BUNDLED_LLMS, DEFAULT_PROBE_LLM
+
+    assert DEFAULT_PROBE_LLM in BUNDLED_LLMS
+    home = REPO / "ctrlsim" / "backends" / "bundled.py"
+    def names_it(path: Path) -> bool:
+        return DEFAULT_PROBE_LLM in _string_constants(ast.parse(path.read_text(encoding="utf-8")))
+
+    assert names_it(home)
+    elsewhere = sorted(str(m.path.relative_to(REPO)) for m in package_modules().values()
+                       if m.path != home and names_it(m.path))
+    assert not elsewhere, f"{DEFAULT_PROBE_LLM!r} is written outside {home.name}: {elsewhere}"

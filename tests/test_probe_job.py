@@ -6,7 +6,7 @@ import pytest
 
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.cli import main
-from ctrlsim.experiments.probe_run import ProbeRunConfig
+from ctrlsim.experiments.probe.config import ProbeRunConfig
 
 SMALL = ["--recommender", "popularity", "--agents", "3", "--rounds", "5", "--target", "Horror",
          "--ceiling-states", "30"]

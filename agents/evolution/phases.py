@@ -10,7 +10,7 @@ inherits these methods; subclasses can override any `phase_*` method).
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ctrlsim.backends import TokenMeter
 from ctrlsim.errors import ConfigError
@@ -25,9 +25,7 @@ from .clustering import Clustering, cluster_population
 from .debate import GenerationSettings, Turn, run_debate
 from .embedding import probe_vectors
 from .merge import FusionOutcome, fuse_clusters, select_best
-
-if TYPE_CHECKING:
-    from .loop import EvolutionSettings
+from .settings import EvolutionSettings
 
 
 class EvolutionPhases:

@@ -112,7 +112,10 @@ BUNDLED_LLMS: dict[str, BundledLLM] = {
                    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
     )
 }
-DEFAULT_LLM = "qwen2.5-1.5b"
+DEFAULT_LLM = "qwen2.5-1.5b"  # LLM-based boxes (keyword-bm25, nl-profile) and the PromptShift env
+# The runners' default LLM for probes, profiles, edits and list generation: the bundled model whose
+# probes pass their validity card at the main job's cost (docs/probe-validity.md).
+DEFAULT_PROBE_LLM = "qwen2.5-0.5b"
 SMALLEST_LLM = "smollm2-135m"
 
 

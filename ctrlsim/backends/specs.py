@@ -88,7 +88,7 @@ def default_kv_host_mb() -> int:
 def default_n_ctx() -> int:
     """Tokens one llama.cpp conversation may hold, prompt and reply: $CTRLSIM_N_CTX (default
     `llamacpp.DEFAULT_N_CTX`)."""
-    from ctrlsim.backends.llamacpp import DEFAULT_N_CTX
+    from ctrlsim.backends.llamacpp.llm import DEFAULT_N_CTX
 
     return _env_int("CTRLSIM_N_CTX", DEFAULT_N_CTX, 256, ">= 256")
 
@@ -138,7 +138,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
             runtime = "transformers"
 
     if runtime == "llamacpp":
-        from ctrlsim.backends.llamacpp import LlamaCppLLM
+        from ctrlsim.backends.llamacpp.llm import LlamaCppLLM
 
         options.setdefault("n_gpu_layers", default_gpu_layers())
         options.setdefault("kv_reuse", default_kv_reuse())

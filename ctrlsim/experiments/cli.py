@@ -101,8 +101,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise MissingDependencyError(module, "serve", "ctrlsim serve")
     from ctrlsim.data import load_dataset
     from ctrlsim.recommenders import make_recommender
+    from ctrlsim.recommenders.http.serve import listen, make_app, run_server, url_of
     from ctrlsim.recommenders.registry import check_recommender_name
-    from ctrlsim.recommenders.serve import listen, make_app, run_server, url_of
 
     options = _box_options(args.box_options)
     check_recommender_name(args.box)
@@ -195,7 +195,7 @@ def _main(argv: list[str] | None) -> int:
 
             return report_main(argv[1:])
         if argv and argv[0] == "audit":
-            from ctrlsim.experiments.audit import audit_main
+            from ctrlsim.experiments.audit.runner import audit_main
 
             return audit_main(argv[1:])
         args = build_parser().parse_args(argv)

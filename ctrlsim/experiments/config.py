@@ -1,14 +1,16 @@
 """One config system for every runner: typed dataclasses, CLI flags generated from them.
 
-A runner's config is a dataclass whose fields carry their own help text and choices::
+A runner's config is a dataclass whose fields declare their own help text, bounds and choices,
+once (`option`); `check_fields` enforces them and the CLI help names them, so a bound is never
+written twice. `__post_init__` keeps only the rules that tie fields together::
 
     @dataclass(frozen=True)
     class MyConfig:
-        users: int = field(default=8, metadata={"help": "users per slice"})
-        rating: str = field(default="digits", metadata={"choices": ["digits", "generate"]})
+        users: int = option(8, "users per slice", low=1, high=MAX_USERS)
+        rating: str = option("digits", "LLM score", choices=("digits", "generate"))
 
         def __post_init__(self):
-            check_range("users", self.users, low=1)
+            check_fields(self)
 
 `add_config_arguments(parser, MyConfig)` turns every field into a `--users`-style flag whose
 default is the dataclass default (so CLI and config defaults cannot disagree), and
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import numbers
 import types
 import typing
 from dataclasses import dataclass, field
@@ -107,6 +110,88 @@ MAX_SEED = 2**63 - 1        # seeds stay int64, as the tables and JSON readers s
 def bound(high: int) -> str:
     """A field's help suffix naming its upper bound, e.g. "at most 100,000"."""
     return f"at most {high:,}"
+
+
+# Constraint keys a field's metadata may carry (`option`), read by `check_fields` and the CLI help.
+CONSTRAINTS = ("low", "high", "choices", "nonempty")
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", *, low: float | None = None,
+           high: float | None = None, choices: Iterable | None = None, nonempty: bool = False,
+           default_factory: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A config field with its help text and its constraints, declared once.
+
+    `low`/`high` bound a number (every element of a tuple); `choices` names the allowed values (of
+    every element of a tuple, which may then repeat none); `nonempty` requires a tuple to hold at
+    least one value. A field typed `X | None` may also be None. Other metadata (`omit_default`,
+    ...) passes through."""
+    meta = {"help": help, **metadata}
+    for key, value in (("low", low), ("high", high)):
+        if value is not None:
+            meta[key] = value
+    if choices is not None:
+        meta["choices"] = list(choices)
+    if nonempty:
+        meta["nonempty"] = True
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _integer_typed(tp) -> bool:
+    """Whether a field's type holds integers: `int`, `int | None` or `tuple[int, ...]`."""
+    tp, _ = _unwrap_optional(tp)
+    if typing.get_origin(tp) in (tuple, list):
+        return all(a is int for a in typing.get_args(tp) if a is not Ellipsis)
+    return tp is int
+
+
+def check_integer(name: str, value) -> None:
+    """An integer (numpy's too), never a bool or a float that happens to be whole."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+
+
+def check_fields(config) -> None:
+    """Every declared constraint of `config`'s fields (see `option`), in field order; a bounded
+    field typed `int` (or a tuple of them) also holds integers only."""
+    hints = _hints(type(config))
+    for f in dataclasses.fields(config):
+        meta = f.metadata
+        if not any(key in meta for key in CONSTRAINTS):
+            continue
+        value = getattr(config, f.name)
+        if value is None:
+            continue  # an open field (typed `X | None`): the run resolves it
+        if ("low" in meta or "high" in meta) and _integer_typed(hints[f.name]):
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                check_integer(f.name, item)
+        if isinstance(value, (tuple, list)):
+            if "choices" in meta:
+                check_choices(f.name, value, meta["choices"], allow_empty=not meta.get("nonempty"))
+            elif meta.get("nonempty") and not value:
+                raise ConfigError(f"{f.name} needs at least one value")
+            if "low" in meta or "high" in meta:
+                for item in value:
+                    check_range(f.name, item, low=meta.get("low"), high=meta.get("high"))
+        else:
+            if "choices" in meta:
+                check_choice(f.name, value, meta["choices"])
+            if "low" in meta or "high" in meta:
+                check_range(f.name, value, low=meta.get("low"), high=meta.get("high"))
+
+
+def constraint_help(meta: Mapping[str, Any]) -> str:
+    """The help text a field's constraints add: its range or upper bound, and its choices."""
+    parts = []
+    low, high = meta.get("low"), meta.get("high")
+    if high is not None and isinstance(high, int) and (low is None or low in (0, 1)):
+        parts.append(bound(high))
+    elif low is not None or high is not None:
+        parts.append(f"in [{'-inf' if low is None else low}, {'inf' if high is None else high}]")
+    if meta.get("choices"):
+        parts.append(f"one of: {', '.join(map(str, meta['choices']))}")
+    return "; ".join(parts)
 
 
 def check_choice(name: str, value, choices: Iterable) -> None:
@@ -223,9 +308,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls, *, skip: Iterable
         default = _default_of(f)
         shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default
         help_text = f.metadata.get("help", "")
-        choices = f.metadata.get("choices")
-        if choices:
-            help_text = f"{help_text} (one of: {', '.join(map(str, choices))})".strip()
+        constraints = constraint_help(f.metadata)
+        if constraints:
+            help_text = f"{help_text} ({constraints})".strip()
         bare_bool = hints[f.name] is bool
         target.add_argument(flag, dest=f.name, type=parse, default=argparse.SUPPRESS,
                             nargs="?" if bare_bool else None, const=True if bare_bool else None,

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 TABLES_EVERY_S = 15.0  # how often tables.md is rewritten while units arrive (and once at the end)
-# The environment variables HTTP black boxes read (`ctrlsim.recommenders.http_contract.EXCHANGES_ENV`
+# The environment variables HTTP black boxes read (`ctrlsim.recommenders.http.contract.EXCHANGES_ENV`
 # and `REPLAY_ENV`, tested equal): named here so that a run with no HTTP box never imports that
 # module and pydantic (0.12-0.18 s of start-up at load 7: a sixth of a fully cached rerun).
 EXCHANGES_ENV, REPLAY_ENV = "CTRLSIM_EXCHANGES", "CTRLSIM_REPLAY"
@@ -68,6 +68,8 @@ class RunResult:
     ran: int = 0
     seconds: float = 0.0
     context: RunContext | None = field(default=None, repr=False)
+    # The protocol's own result (`Runner.summary`), e.g. evolve's final roster; empty where none.
+    summary: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -133,9 +135,12 @@ def check_model_fields(runner: Runner, config: Any, resources: Mapping[str, Any]
 
 
 def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, show_progress: bool = True,
-          resources: Mapping[str, Any] | None = None, max_units: int | None = None) -> RunResult:
+          resources: Mapping[str, Any] | None = None, max_units: int | None = None,
+          llms: Mapping[str, Any] | None = None) -> RunResult:
     """Run, resume or extend `config` with `runner` (see the module docstring); never raises for
-    failed units (see `RunResult.failed`); `max_units` stops after that many new units (tests)."""
+    failed units (see `RunResult.failed`); `max_units` stops after that many new units (tests);
+    `llms` maps LLM specs to loaded LLMs that serve them in this process (nothing is loaded for
+    those specs, and they are not checked as paths)."""
     from ctrlsim.experiments.executor import executor_from_options, is_failure
     from ctrlsim.experiments.runfolder import RunFolder
 
@@ -143,7 +148,9 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     started = time.perf_counter()
     out = runner.out_for(options)
     check_output_dir(out)
-    resources = dict(resources or {})
+    resources = {**dict(resources or {}), **dict(llms or {})}
+    if llms:
+        resources["llms"] = {**resources.get("llms", {}), **dict(llms)}
     ctx = RunContext(runner, config, options, show_progress=show_progress, resources=resources)
     check_model_fields(runner, config, resources)
     runner.check(ctx)
@@ -227,15 +234,16 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
         if options.figures and records:
             runner.figures(report_ctx, records)
         stored_config = dict(folder.config)
+        summary = runner.summary(report_ctx, records) if runner.summary is not None else {}
     return RunResult(runner.name, out, stored_config, records, markdown, failed,
                      planned=len(planned | set(failed)), ran=ran, seconds=time.perf_counter() - started,
-                     context=ctx)
+                     context=ctx, summary=summary)
 
 
 @contextmanager
 def exchange_settings(out: Path, options: RunOptions) -> Iterator[None]:
     """While a run drives its units, HTTP black boxes record their exchanges in `<out>/exchanges.jsonl`
-    and, with `--replay RUN`, answer from RUN's recorded exchanges (`ctrlsim.recommenders.http`).
+    and, with `--replay RUN`, answer from RUN's recorded exchanges (`ctrlsim.recommenders.http.client`).
     Environment variables, so Ray workers (which get the driver's `$CTRLSIM_*`) do the same."""
     import os
 
@@ -257,27 +265,41 @@ def exchange_settings(out: Path, options: RunOptions) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def run(protocol: str, /, out: str | Path | None = None, *, options: RunOptions | None = None,
-        show_progress: bool = True, raise_on_failure: bool = True, resources: Mapping[str, Any] | None = None,
-        **config_fields: Any) -> RunResult:
+def run(protocol: str, /, out: str | Path | None = None, *, config: Any = None,
+        options: RunOptions | None = None, show_progress: bool = True, raise_on_failure: bool = True,
+        resources: Mapping[str, Any] | None = None, llms: Mapping[str, Any] | None = None,
+        max_units: int | None = None, **config_fields: Any) -> RunResult:
     """Run any registered protocol from Python, with the CLI's resume and failure policy.
 
     `ctrlsim.run("probe", out="results/p", agents=4, rounds=5)` builds the protocol's config from
     the keyword arguments (unknown names are an error), runs or resumes it in `out`, and returns
-    the `RunResult` (`records`, `tables` as DataFrames). Failed units raise `RunFailedError`
-    (its `result` keeps what finished) unless `raise_on_failure=False`. `protocol` is positional
-    only, so a config field of that name (`ctrlsim.run("calibrate", protocol="steereval")`) is a
-    config field.
+    the `RunResult` (`records`, `tables` as DataFrames, the protocol's `summary`). A typed config
+    goes in whole as `config=` (then no other config field). Failed units raise `RunFailedError`
+    (its `result` keeps what finished) unless `raise_on_failure=False`. `llms` maps specs to
+    loaded LLMs (tests and benchmarks share one model); `max_units` stops after that many new
+    units, as an interruption would. `protocol` is positional only, so a config field of that
+    name (`ctrlsim.run("calibrate", protocol="steereval")`) is a config field.
     """
     from ctrlsim.experiments.config import config_from_dict
     from ctrlsim.experiments.runner import get_runner
 
     runner = get_runner(protocol)
-    config: Any = config_from_dict(runner.config_cls, _with_presets(runner, config_fields))
+    if config is None:
+        config = config_from_dict(runner.config_cls, _with_presets(runner, config_fields))
+    elif config_fields:
+        from ctrlsim.errors import ConfigError
+
+        raise ConfigError(f"ctrlsim.run: give config= or config fields, not both ({sorted(config_fields)})")
+    elif not isinstance(config, runner.config_cls):
+        from ctrlsim.errors import ConfigError
+
+        raise ConfigError(f"ctrlsim.run({protocol!r}): config= must be a {runner.config_cls.__name__}, "
+                          f"got {type(config).__name__}")
     options = options or RunOptions()
     if out is not None:
         options = replace(options, out=str(out))
-    result = drive(runner, config, options, show_progress=show_progress, resources=resources)
+    result = drive(runner, config, options, show_progress=show_progress, resources=resources, llms=llms,
+                   max_units=max_units)
     if result.failed and raise_on_failure:
         raise RunFailedError(result)
     return result

@@ -12,6 +12,7 @@ A runner names
 * `payload(ctx)`: the picklable object the unit function receives (default: the config),
 * `unit_fn(payload, key) -> record`: a top-level, pure function (see `executor`),
 * `report(ctx, records)`: the tables (markdown) and `figures(ctx, records)`: the PNGs,
+* `summary(ctx, records)` (optional): what else the run returns to Python (`RunResult.summary`),
 
 plus how the config is stored (`identity`), which tuple fields may grow in an existing run
 folder (`extensible`, e.g. seeds), and driver-side hooks. `RUNNERS` is the one table of
@@ -45,6 +46,10 @@ class RunContext:
     state: dict[str, Any] = field(default_factory=dict)
     # Live objects passed through the Python API (tests and benchmarks share a loaded LLM).
     resources: dict[str, Any] = field(default_factory=dict)
+
+    def given_llm(self, spec: str) -> Any | None:
+        """The loaded LLM `ctrlsim.run(..., llms={spec: llm})` supplied for `spec`, if any."""
+        return self.resources.get("llms", {}).get(spec)
 
 
 def _config_identity(ctx: RunContext) -> dict:
@@ -118,6 +123,9 @@ class Runner:
     resolved: Callable[[RunContext], dict] | None = None
     # The config a stored identity describes, where `identity` is not the plain config dict.
     from_identity: Callable[[Mapping[str, Any]], Any] | None = None
+    # The protocol's own result beside records and tables (`RunResult.summary`): evolve's final
+    # roster, SteerEval's token totals, PromptShift's selected settings.
+    summary: Callable[[RunContext, Mapping[str, dict]], dict] | None = None
 
     def out_for(self, options: RunOptions) -> Path:
         return Path(options.out or self.default_out or f"results/{self.name}")
@@ -135,13 +143,13 @@ class Runner:
 # The one table of runners: name -> module defining `RUNNER`. Modules load on first use, so
 # `ctrlsim --help` and `ctrlsim info` import none of them.
 RUNNER_MODULES: dict[str, str] = {
-    "probe": "ctrlsim.experiments.probe_run",
-    "ctrlbench": "ctrlsim.experiments.ctrlbench",
-    "evolve": "ctrlsim.experiments.evolve",
-    "steereval": "ctrlsim.experiments.steereval_tables",
-    "promptshift": "ctrlsim.experiments.promptshift_tables",
-    "calibrate": "ctrlsim.experiments.calibrate",
-    "train-probe": "ctrlsim.experiments.train_probe",
+    "probe": "ctrlsim.experiments.probe.runner",
+    "ctrlbench": "ctrlsim.experiments.ctrlbench.runner",
+    "evolve": "ctrlsim.experiments.evolve.runner",
+    "steereval": "ctrlsim.experiments.steereval.runner",
+    "promptshift": "ctrlsim.experiments.promptshift.runner",
+    "calibrate": "ctrlsim.experiments.calibrate.runner",
+    "train-probe": "ctrlsim.experiments.train_probe.runner",
 }
 
 

@@ -53,12 +53,12 @@ SPEC_FORMS = "'recbole:<Model>', 'dial:<lambda>', 'dial-profile:<lambda>' or an 
 def check_recommender_name(name: str) -> None:
     """A `ConfigError` unless `make_recommender` knows `name` (nothing is built; dial specs are parsed)."""
     from ctrlsim.recommenders.dial import check_dial_spec, is_dial
-    from ctrlsim.recommenders.http_options import is_http, parse_http_spec
+    from ctrlsim.recommenders.http.options import is_http, parse_http_spec
 
     if not isinstance(name, str):
         raise ConfigError(f"a recommender name is a string, got {name!r}")
     if is_http(name):
-        from ctrlsim.recommenders.http_options import checked_options
+        from ctrlsim.recommenders.http.options import checked_options
 
         checked_options(parse_http_spec(name)[1])
     elif is_dial(name):
@@ -101,13 +101,13 @@ def make_recommender(name: str, dataset: Dataset, **options) -> Recommender:
     Other RecBole sequential models: "recbole:<ModelName>" (e.g. recbole:GRU4Rec). Dial boxes of
     known controllability: "dial:<lambda>[:key=value...]" and "dial-profile:<lambda>[...]"
     (`ctrlsim.recommenders.dial`). A service behind an API: "http(s)://host:port/path[#options]"
-    (`ctrlsim.recommenders.http`).
+    (`ctrlsim.recommenders.http.client`).
     """
     from ctrlsim.recommenders.dial import is_dial
-    from ctrlsim.recommenders.http_options import is_http
+    from ctrlsim.recommenders.http.options import is_http
 
-    if is_http(name):  # a service behind an API (ctrlsim.recommenders.http)
-        from ctrlsim.recommenders.http import HttpRecommender
+    if is_http(name):  # a service behind an API (ctrlsim.recommenders.http.client)
+        from ctrlsim.recommenders.http.client import HttpRecommender
 
         return HttpRecommender(dataset, url=name, **options)
     if name.startswith("recbole:"):

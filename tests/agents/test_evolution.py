@@ -13,6 +13,7 @@ from ctrlsim.agents.evolution.levels import LEVELS, level_history
 from ctrlsim.agents.evolution.merge import best_member, distil_behaviour, parse_merge_reply, select_best
 from ctrlsim.agents.persona import Persona
 
+import ctrlsim
 from ctrlsim.errors import ConfigError, LLMOutputError
 
 
@@ -191,7 +192,8 @@ def test_settings_validate():
 def test_evolve_flags_build_a_validated_config(tmp_path):
     from ctrlsim.experiments.commands import build_parser
     from ctrlsim.experiments.config import RunOptions, config_from_args
-    from ctrlsim.experiments.evolve import RUNNER, EvolveConfig, run_evolve
+    from ctrlsim.experiments.evolve.config import EvolveConfig
+    from ctrlsim.experiments.evolve.runner import RUNNER
 
     args = build_parser(RUNNER).parse_args(
         [
@@ -219,7 +221,8 @@ def test_evolve_flags_build_a_validated_config(tmp_path):
         EvolveConfig(alpha=-0.1)
     # A bad target fails before any model loads (no LLM is given or loaded here).
     with pytest.raises(ConfigError, match="NoSuchTag"):
-        run_evolve(EvolveConfig(target=("NoSuchTag",)), RunOptions(out=str(tmp_path / "run")))
+        ctrlsim.run("evolve", config=EvolveConfig(target=("NoSuchTag",)),
+                    options=RunOptions(out=str(tmp_path / "run")))
 
 
 def test_the_evolution_methods_are_registered_for_ctrlbench():

@@ -11,8 +11,9 @@ import pytest
 from ctrlsim.agents.evolution import roster_from_json
 from ctrlsim.agents.evolution.clustering import Clustering
 
+import ctrlsim
 from ctrlsim.experiments.config import RunOptions
-from ctrlsim.experiments.evolve import EvolveConfig, run_evolve
+from ctrlsim.experiments.evolve.config import EvolveConfig
 
 pytestmark = [pytest.mark.llm, pytest.mark.slow]
 
@@ -49,9 +50,10 @@ def fresh_calls(llm) -> int:
     return total.calls - total.cached_calls
 
 
-def run(llm_or_skip, out, **kwargs):
+def run(llm_or_skip, out, stop_after=None):
     llm = llm_or_skip("smollm2-135m", cache=out / "llm-cache.sqlite")
-    result = run_evolve(CONFIG, RunOptions(out=str(out)), show_progress=False, llm=llm, **kwargs)
+    result = ctrlsim.run("evolve", config=CONFIG, options=RunOptions(out=str(out)), show_progress=False,
+                         llms={CONFIG.llm: llm}, resources={"stop_after": stop_after} if stop_after else None)
     return result, llm
 
 
@@ -67,15 +69,16 @@ def interrupted(tmp_path_factory, llm_or_skip):
     """The same config in another folder and cache, stopped after the first debate, then resumed."""
     out = tmp_path_factory.mktemp("interrupted")
     first, llm1 = run(llm_or_skip, out, stop_after="debate_g0")
-    assert first["stopped_after"] == "debate_g0" and not (out / "merge_g0.json").exists()
+    assert first.summary["stopped_after"] == "debate_g0" and not (out / "merge_g0.json").exists()
     llm2 = CallLog(llm_or_skip("smollm2-135m", cache=out / "llm-cache.sqlite"))
-    result = run_evolve(CONFIG, RunOptions(out=str(out)), show_progress=False, llm=llm2)
+    result = ctrlsim.run("evolve", config=CONFIG, options=RunOptions(out=str(out)), show_progress=False,
+                         llms={CONFIG.llm: llm2})
     return out, result, fresh_calls(llm1), fresh_calls(llm2.llm), llm2.batches
 
 
 def test_the_run_completes_and_its_artefacts_load(straight):
     out, result, _ = straight
-    assert [g["probes"] for g in result["generations"]] == [8, 4]
+    assert [g["probes"] for g in result.summary["generations"]] == [8, 4]
     assert [len(roster_from_json(json.loads((out / f"roster_g{g}.json").read_text()))) for g in range(3)] == [
         8,
         4,
@@ -101,15 +104,16 @@ def test_the_run_completes_and_its_artefacts_load(straight):
     assert phases["debate_g0"]["tokens"]["completion_tokens"] > 0
     assert (out / "tables.md").read_text().count("Generations") == 1
     assert (out / "figures" / "evaluation.png").stat().st_size > 0
-    assert result["evaluation"]["rounds"] == 2 and len(result["evaluation"]["new_discoveries"]) == 2
+    evaluation = result.summary["evaluation"]
+    assert evaluation["rounds"] == 2 and len(evaluation["new_discoveries"]) == 2
 
 
 def test_the_final_roster_loads_for_ctrlbench(straight, ml100k):
-    from ctrlsim.experiments.ctrlbench import load_roster
+    from ctrlsim.experiments.ctrlbench.inputs import load_roster
 
     out, result, _ = straight
     personas = load_roster(out / "final_roster.json")
-    assert [p.probe_id for p in personas] == [p.probe_id for p in result["final"]]
+    assert [p.probe_id for p in personas] == [p.probe_id for p in result.summary["final"]]
     for p in personas:
         ml100k.check_items(p.behaviour)
         assert len(p.behaviour) >= CONFIG.align_min_behaviour and p.bio
@@ -122,7 +126,8 @@ def test_same_seed_and_kill_resume_give_identical_rosters(straight, interrupted)
         assert json.loads((out_a / f"roster_g{g}.json").read_text()) == json.loads(
             (out_b / f"roster_g{g}.json").read_text()
         )
-    assert [p.to_dict() for p in result_a["final"]] == [p.to_dict() for p in result_b["final"]]
+    assert [p.to_dict() for p in result_a.summary["final"]] == \
+        [p.to_dict() for p in result_b.summary["final"]]
     # No LLM call paid twice: the interrupted run's two sessions together made the straight run's calls.
     assert calls_b1 + calls_b2 == calls_a
     # The resumed session's first calls are merge_g0 (no profile, interaction or debate call again).
@@ -138,7 +143,7 @@ def test_a_phase_killed_midway_replays_from_the_cache(interrupted, llm_or_skip):
     (out / "final_roster.json").unlink()
     again, llm = run(llm_or_skip, out)
     assert fresh_calls(llm) == 0 and llm.meter.total.cached_calls > 0
-    assert [p.to_dict() for p in again["final"]] == [p.to_dict() for p in result["final"]]
+    assert [p.to_dict() for p in again.summary["final"]] == [p.to_dict() for p in result.summary["final"]]
 
 
 def test_task2_levels_run_with_the_probes(llm_or_skip, tmp_path):
@@ -150,7 +155,7 @@ def test_task2_levels_run_with_the_probes(llm_or_skip, tmp_path):
     from ctrlsim.agents.evolution.levels import LEVELS, level_persona
 
     from ctrlsim.data import load_dataset
-    from ctrlsim.experiments.evolve_eval import evaluate_level
+    from ctrlsim.experiments.evolve.evaluation import evaluate_level
     from ctrlsim.recommenders import make_recommender
     from ctrlsim.seeding import derive_rng
 

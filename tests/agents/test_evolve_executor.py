@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+import ctrlsim
 from ctrlsim.errors import MissingDependencyError
 from ctrlsim.experiments.config import RunOptions
-from ctrlsim.experiments.evolve import EvolveConfig, run_evolve
+from ctrlsim.experiments.evolve.config import EvolveConfig
 
 pytestmark = [pytest.mark.llm, pytest.mark.slow]
 
@@ -62,8 +63,11 @@ def phase_tokens(out, name):
 
 def test_ray_cluster_units_give_the_local_batched_artefacts(tmp_path, llm_or_skip, ray):
     llm_or_skip("smollm2-135m")  # skips without llama.cpp / the bundled model
-    local = run_evolve(CONFIG, RunOptions(out=str(tmp_path / "local")), show_progress=False)
-    remote = run_evolve(CONFIG, RunOptions(out=str(tmp_path / "ray"), executor="ray"), show_progress=False)
+    local = ctrlsim.run("evolve", config=CONFIG, options=RunOptions(out=str(tmp_path / "local")),
+                        show_progress=False)
+    remote = ctrlsim.run("evolve", config=CONFIG,
+                         options=RunOptions(out=str(tmp_path / "ray"), executor="ray"),
+                         show_progress=False)
 
     clusters = json.loads((tmp_path / "local" / "clusters_g0.json").read_text())["members"]
     assert any(len(m) >= 2 for m in clusters)  # the debate really ran
@@ -72,11 +76,12 @@ def test_ray_cluster_units_give_the_local_batched_artefacts(tmp_path, llm_or_ski
     for phase in ("debate_g0", "merge_g0"):
         assert phase_tokens(tmp_path / "ray", phase) == phase_tokens(tmp_path / "local", phase)
         assert phase_tokens(tmp_path / "ray", phase)["calls"] > 0
-    assert [p.to_dict() for p in remote["final"]] == [p.to_dict() for p in local["final"]]
+    assert [p.to_dict() for p in remote.summary["final"]] == [p.to_dict() for p in local.summary["final"]]
 
     # One stored record per cluster, written by the driver; a rerun runs no unit again.
     unit_keys = [f"fusion/g0/cluster-{c}" for c in range(len(clusters))]
     assert sorted(k for k in stored(tmp_path / "ray") if k.startswith("fusion/")) == sorted(unit_keys)
     assert not any(k.startswith("fusion/") for k in stored(tmp_path / "local"))
-    again = run_evolve(CONFIG, RunOptions(out=str(tmp_path / "ray"), executor="ray"), show_progress=False)
-    assert [p.to_dict() for p in again["final"]] == [p.to_dict() for p in local["final"]]
+    again = ctrlsim.run("evolve", config=CONFIG,
+                        options=RunOptions(out=str(tmp_path / "ray"), executor="ray"), show_progress=False)
+    assert [p.to_dict() for p in again.summary["final"]] == [p.to_dict() for p in local.summary["final"]]

@@ -212,7 +212,7 @@ def test_head_and_threshold_change_the_cache_key(tmp_path, ml100k, personas, war
     ],
 )
 def test_bad_decisions_are_config_errors_before_any_model_loads(kwargs, message):
-    from ctrlsim.experiments.ctrlbench import CtrlBenchConfig
+    from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig
 
     with pytest.raises(ConfigError, match=message):
         CtrlBenchConfig(llm="no-such-model-is-loaded", **kwargs)

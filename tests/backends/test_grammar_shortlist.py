@@ -10,8 +10,8 @@ import jsonschema
 import numpy as np
 import pytest
 
-from ctrlsim.backends import llamacpp_parallel
-from ctrlsim.backends.llamacpp_sampling import (
+from ctrlsim.backends.llamacpp import parallel as llamacpp_parallel
+from ctrlsim.backends.llamacpp.sampling import (
     MIN_P,
     TOP_K,
     TYPICAL_P,

@@ -9,7 +9,7 @@ equal what the simulator holds.
 import numpy as np
 import pytest
 
-from ctrlsim.backends.llamacpp_kv import CapacityError, HostStash, SlotPool, common_prefix
+from ctrlsim.backends.llamacpp.kv import CapacityError, HostStash, SlotPool, common_prefix
 
 
 class FakeKV:
@@ -220,7 +220,7 @@ def test_the_host_stash_budget_comes_from_the_environment_and_is_checked(monkeyp
 
 
 def test_groups_for_restored_sequences_count_every_prompt_whole():
-    from ctrlsim.backends.llamacpp_parallel import plan_groups
+    from ctrlsim.backends.llamacpp.parallel import plan_groups
 
     prompts = [list(range(10)) + [100 + n] * 10 for n in range(3)]  # 10 shared tokens, 10 own
     assert [g.members for g in plan_groups(prompts, 8, 45)] == [[0, 1, 2]]  # 10 + 3 * 10 cells

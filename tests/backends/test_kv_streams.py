@@ -8,8 +8,8 @@ loads onto an empty stream. After every step the pool's view must equal what the
 """
 import pytest
 
-from ctrlsim.backends.llamacpp_kv import CapacityError, HostStash
-from ctrlsim.backends.llamacpp_streams import StreamPool
+from ctrlsim.backends.llamacpp.kv import CapacityError, HostStash
+from ctrlsim.backends.llamacpp.streams import StreamPool
 from ctrlsim.errors import ConfigError
 
 

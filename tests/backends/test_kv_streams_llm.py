@@ -10,7 +10,7 @@ conversation restored from the host stash evaluating only its new turn.
 import numpy as np
 import pytest
 
-from ctrlsim.backends.llamacpp import LlamaCppLLM
+from ctrlsim.backends.llamacpp.llm import LlamaCppLLM
 
 pytestmark = pytest.mark.llm
 
@@ -53,7 +53,7 @@ def test_greedy_replies_equal_the_unified_cache_with_more_prompts_than_streams(s
 def widths_of_each_decode(llm, monkeypatch):
     """Record how many sequences every decode of the parallel context extends (a shared prefix
     evaluated on its own, whose logits nobody reads, is not a step)."""
-    from ctrlsim.backends.llamacpp_parallel import ParallelContext
+    from ctrlsim.backends.llamacpp.parallel import ParallelContext
 
     widths = []
     decode = ParallelContext._decode

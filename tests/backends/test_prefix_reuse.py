@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from ctrlsim.backends.llamacpp import LlamaCppLLM
+from ctrlsim.backends.llamacpp.llm import LlamaCppLLM
 from ctrlsim.errors import ConfigError
 
 pytestmark = pytest.mark.llm

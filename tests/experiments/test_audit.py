@@ -11,8 +11,16 @@ import pytest
 from audit_checks import assert_estimate, check_in_browser, pixel_variance, read_records, t_interval
 
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments.audit import REPORT, SUMMARY, AuditFailedError, audit_main, run_audit
-from ctrlsim.experiments.audit_config import AuditConfig, parse_overrides, plan_subruns, subrun_config
+from ctrlsim.experiments.audit.config import (
+    REPORT,
+    SUMMARY,
+    AuditConfig,
+    parse_overrides,
+    plan_subruns,
+    subrun_config,
+)
+from ctrlsim.experiments.audit.runner import audit_main
+from ctrlsim.experiments.audit.units import AuditFailedError, run_audit
 from ctrlsim.experiments.config import RunOptions
 
 TINY = ["--set", "ctrlbench", "--methods oracle,random --rounds 3 --seeds 0,1,2",
@@ -142,7 +150,7 @@ def test_a_failed_unit_stops_the_audit_without_a_report(tmp_path, ml100k, monkey
 
 
 def test_placement_words():
-    from ctrlsim.experiments.audit_words import placement_words
+    from ctrlsim.experiments.audit.words import placement_words
 
     words = placement_words("ctrlbench", "narm", "oracle", "0.37 [0.25, 0.50]", 0.37)
     assert "narm" in words and "about 37% of its slate positions" in words and "says little" not in words

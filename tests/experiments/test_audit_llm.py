@@ -8,7 +8,8 @@ import json
 import pytest
 from audit_checks import assert_estimate, check_in_browser, pixel_variance, read_records
 
-from ctrlsim.experiments.audit import REPORT, SUMMARY, audit_main
+from ctrlsim.experiments.audit.config import REPORT, SUMMARY
+from ctrlsim.experiments.audit.runner import audit_main
 
 pytestmark = pytest.mark.llm
 LLM = "smollm2-135m"

@@ -7,9 +7,10 @@ import json
 import numpy as np
 import pytest
 
+import ctrlsim
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments.calibrate import CalibrateConfig, run_calibrate
-from ctrlsim.experiments.calibrate_report import curve, match_lambda, observations, resolution, rho_of
+from ctrlsim.experiments.calibrate.config import CalibrateConfig
+from ctrlsim.experiments.calibrate.report import curve, match_lambda, observations, resolution, rho_of
 from ctrlsim.experiments.config import RunOptions
 from ctrlsim.metrics.stats import Estimate, spearman_ci, step_test
 
@@ -25,8 +26,9 @@ def run(tmp_path_factory):
         if name not in done:
             config = CalibrateConfig(**kwargs)
             out = tmp_path_factory.mktemp(name)
-            done[name] = (config, run_calibrate(config, RunOptions(out=str(out), figures=False),
-                                                show_progress=False))
+            done[name] = (config, ctrlsim.run("calibrate", config=config,
+                                              options=RunOptions(out=str(out), figures=False),
+                                              show_progress=False, raise_on_failure=False))
         return done[name]
     yield go
     mp.undo()
@@ -41,15 +43,15 @@ def popularity_order(ds) -> list[str]:
 
 def test_ctrlbench_known_answers_and_the_target_seekers_rise(run, ml100k):
     config, result = run("ctrlbench", methods=("oracle", "random"))
-    assert not result["failed"] and len(result["records"]) == 2 * 5 * 3
-    obs = observations(result["records"])
+    assert not result.failed and len(result.records_by_key) == 2 * 5 * 3
+    obs = observations(result.records_by_key)
     zero = config.dial_box(0)
     # lambda = 0 ignores the probes: every method is shown the same targets, exactly
     assert obs[("oracle", zero)]["exposure"] == obs[("random", zero)]["exposure"]
     # ... namely the first rounds x slate items of the popularity ranking less each probe's start
     targets = set(ml100k.items_with_tag("War")) | set(ml100k.items_with_tag("Film-Noir"))
     order = popularity_order(ml100k)
-    for record in (r for r in result["records"].values() if r["box"] == zero and r["method"] == "oracle"):
+    for record in (r for r in result.records_by_key.values() if r["box"] == zero and r["method"] == "oracle"):
         for obs_id, starts in record["start_histories"].items():
             shown = {i for start in starts for i in [x for x in order if x not in set(start)][:4 * 3]}
             expected = 100 * len(shown & targets) / len(targets)
@@ -64,14 +66,14 @@ def test_ctrlbench_known_answers_and_the_target_seekers_rise(run, ml100k):
     assert ci.low <= np.mean(list(oracle[0.0].values())) <= ci.high
     assert rho_of(oracle).rho > 0.9
     assert np.mean(list(oracle[1.0].values())) > np.mean(list(oracle[0.0].values()))
-    assert "| oracle   | Coverage (%)" in result["tables"] and "NO " not in result["tables"]
+    assert "| oracle   | Coverage (%)" in result.markdown and "NO " not in result.markdown
     # the coin-flip probe fails its validity card, and every calibration table marks its rows
     from ctrlsim.experiments.validity_card import FAIL_MARK, cards
 
-    found = cards(e for r in result["records"].values() for e in r["episodes_validity"])
+    found = cards(e for r in result.records_by_key.values() for e in r["episodes_validity"])
     assert found["oracle"].passes and not found["random"].passes
     assert found["random"].adherence.adherence.low <= 0 <= found["random"].adherence.adherence.high
-    tables = result["tables"]
+    tables = result.markdown
     marked = f"| random {FAIL_MARK}"
     sections = tables.split("\n## ")
     for title in ("Coverage (%) against lambda", "Known answers", "Resolution", "Cost and fallbacks"):
@@ -83,22 +85,28 @@ def test_popularity_box_responds_like_lambda_zero(run):
     """The popularity box is the dial's base ranking: --compare places it at lambda = 0."""
     config, result = run("ctrlbench-compare", methods=("oracle",), dials=(0.0, 0.5, 1.0),
                          compare=("popularity",))
-    obs = observations(result["records"])
+    obs = observations(result.records_by_key)
     assert obs[("oracle", "popularity")]["coverage"] == obs[("oracle", config.dial_box(0))]["coverage"]
-    row = next(line for line in result["tables"].splitlines() if line.startswith("| popularity"))
+    row = next(line for line in result.markdown.splitlines() if line.startswith("| popularity"))
     assert "| 0.00 [0.00, " in row
 
 
 def test_resume_runs_nothing_twice_and_extends_the_grid(run, tmp_path, monkeypatch):
     monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
     config = CalibrateConfig(methods=("random",), dials=(0.0, 1.0), seeds=(0,))
-    first = run_calibrate(config, RunOptions(out=str(tmp_path / "r"), figures=False), show_progress=False)
-    again = run_calibrate(config, RunOptions(out=str(tmp_path / "r"), figures=False), show_progress=False)
-    strip = {k: {**v, "timing": None} for k, v in first["records"].items()}
-    assert {k: {**v, "timing": None} for k, v in again["records"].items()} == strip
+    first = ctrlsim.run("calibrate", config=config,
+                        options=RunOptions(out=str(tmp_path / "r"), figures=False), show_progress=False,
+                        raise_on_failure=False)
+    again = ctrlsim.run("calibrate", config=config,
+                        options=RunOptions(out=str(tmp_path / "r"), figures=False), show_progress=False,
+                        raise_on_failure=False)
+    strip = {k: {**v, "timing": None} for k, v in first.records_by_key.items()}
+    assert {k: {**v, "timing": None} for k, v in again.records_by_key.items()} == strip
     wider = CalibrateConfig(methods=("random",), dials=(0.0, 0.5, 1.0), seeds=(0,))
-    grown = run_calibrate(wider, RunOptions(out=str(tmp_path / "r"), figures=False), show_progress=False)
-    assert len(grown["records"]) == 3
+    grown = ctrlsim.run("calibrate", config=wider,
+                        options=RunOptions(out=str(tmp_path / "r"), figures=False), show_progress=False,
+                        raise_on_failure=False)
+    assert len(grown.records_by_key) == 3
     lines = [json.loads(line) for line in (tmp_path / "r" / "records.jsonl").read_text().splitlines()]
     keyed = [line["key"] for line in lines if "key" in line]
     assert len(keyed) == 3 and keyed[-1].startswith("random|dial:0.5|")
@@ -108,7 +116,7 @@ def test_resume_runs_nothing_twice_and_extends_the_grid(run, tmp_path, monkeypat
 
 def test_steereval_edits_are_exactly_zero_at_lambda_zero_and_ordered_by_emphasis(run):
     config, result = run("steereval", protocol="steereval", tags=("Comedy", "Action"), users=3, seeds=(0, 1))
-    obs = observations(result["records"])
+    obs = observations(result.records_by_key)
     by = {m: curve(config, obs, m, "delta_auc") for m in config.all_methods}
     for method in config.all_methods:
         assert set(by[method][0.0].values()) == {0.0}
@@ -122,7 +130,7 @@ def test_steereval_edits_are_exactly_zero_at_lambda_zero_and_ordered_by_emphasis
 def test_promptshift_cue_blind_generator_has_zero_drift_and_slice_shift(run):
     config, result = run("promptshift", protocol="promptshift", methods=("b0", "b3"), users=3,
                          dials=(0.0, 0.5, 1.0), seeds=(0, 1))
-    obs = observations(result["records"])
+    obs = observations(result.records_by_key)
     zero = obs[("b0", config.dial_box(0))]
     assert set(zero["drift"].values()) == {0.0} and set(zero["slice_shift"].values()) == {0.0}
     b0 = curve(config, obs, "b0", "slice_shift")
@@ -213,17 +221,19 @@ def test_the_smallest_llms_probes_have_a_finite_resolution(tmp_path, monkeypatch
     # llama.cpp's batching noise, which moves this tiny model's trajectories.
     config = CalibrateConfig(methods=("base-small",), llm="smollm2-135m", dials=(0.0, 1.0),
                              seeds=(0, 1, 2, 3, 4))
-    result = run_calibrate(config, RunOptions(out=str(tmp_path / "run"), figures=False), show_progress=False)
-    assert not result["failed"]
-    obs = observations(result["records"])
+    result = ctrlsim.run("calibrate", config=config,
+                         options=RunOptions(out=str(tmp_path / "run"), figures=False), show_progress=False,
+                         raise_on_failure=False)
+    assert not result.failed
+    obs = observations(result.records_by_key)
     exposure = curve(config, obs, "base-small", "exposure")
     coverage = curve(config, obs, "base-small", "coverage")
     assert resolution(exposure).value == 1.0
     for lam in (0.0, 1.0):  # a probe covers only targets the box showed it
         assert all(coverage[lam][o] <= exposure[lam][o] + 1e-9 for o in exposure[lam])
-    zero = [r for r in result["records"].values() if r["lambda"] == 0.0]
+    zero = [r for r in result.records_by_key.values() if r["lambda"] == 0.0]
     assert all(r["values"]["exposure"] == r["known"]["exposure"] for r in zero)
-    decisions = sum(r["details"]["decisions"] for r in result["records"].values())
+    decisions = sum(r["details"]["decisions"] for r in result.records_by_key.values())
     assert decisions == 5 * 2 * 4  # seeds x lambdas x rounds, one probe (K_small = 1)
 
 

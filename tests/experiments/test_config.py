@@ -103,8 +103,8 @@ def test_run_options_figures_flag():
 
 
 def test_a_field_added_later_is_left_out_of_stored_configs_while_it_holds_its_default():
-    from ctrlsim.experiments.ctrlbench import CtrlBenchConfig
-    from ctrlsim.experiments.evolve import EvolveConfig
+    from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig
+    from ctrlsim.experiments.evolve.config import EvolveConfig
 
     stored = config_to_dict(CtrlBenchConfig())
     assert "conversation" not in stored  # a folder written before the field resumes as before

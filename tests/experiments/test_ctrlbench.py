@@ -5,11 +5,13 @@ import pytest
 from ctrlsim.agents.population import EpisodeTrace, ProbeTrace
 from decision_check import usable_decision
 
+import ctrlsim
 from ctrlsim.errors import ConfigError, DataFileError
-from ctrlsim.experiments.commands import build_parser, config_from_cli
+from ctrlsim.experiments.commands import build_parser, config_from_cli, runner_main
 from ctrlsim.experiments.config import RunOptions
-from ctrlsim.experiments.ctrlbench import RUNNER, CtrlBenchConfig, episode_key, main, parse_key, run_ctrlbench
-from ctrlsim.experiments.ctrlbench_report import round_curves
+from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig, episode_key, parse_key
+from ctrlsim.experiments.ctrlbench.report import round_curves
+from ctrlsim.experiments.ctrlbench.runner import RUNNER
 
 
 @pytest.fixture(autouse=True)
@@ -55,8 +57,8 @@ def test_bad_config_values_are_config_errors(kw, message):
 def test_bad_targets_fail_before_any_work(ml100k, tmp_path, targets, message):
     out = tmp_path / "run"
     with pytest.raises(ConfigError, match=message):
-        run_ctrlbench(fast(targets=targets, min_target_items=60), RunOptions(out=str(out)),
-                      show_progress=False)
+        ctrlsim.run("ctrlbench", config=fast(targets=targets, min_target_items=60),
+                    options=RunOptions(out=str(out)), show_progress=False, raise_on_failure=False)
     assert not out.exists()
 
 
@@ -100,14 +102,17 @@ def _without_timing(records):
 
 def test_interrupted_run_resumes_to_the_same_records(ml100k, tmp_path):
     config = fast()
-    whole = run_ctrlbench(config, RunOptions(out=str(tmp_path / "whole")), show_progress=False)
-    part = run_ctrlbench(config, RunOptions(out=str(tmp_path / "part")), show_progress=False, max_episodes=1)
-    assert len(part["records"]) == 1
-    resumed = run_ctrlbench(config, RunOptions(out=str(tmp_path / "part")), show_progress=False)
-    assert _without_timing(resumed["records"]) == _without_timing(whole["records"])
+    whole = ctrlsim.run("ctrlbench", config=config, options=RunOptions(out=str(tmp_path / "whole")),
+                        show_progress=False, raise_on_failure=False)
+    part = ctrlsim.run("ctrlbench", config=config, options=RunOptions(out=str(tmp_path / "part")),
+                       show_progress=False, max_units=1, raise_on_failure=False)
+    assert len(part.records_by_key) == 1
+    resumed = ctrlsim.run("ctrlbench", config=config, options=RunOptions(out=str(tmp_path / "part")),
+                          show_progress=False, raise_on_failure=False)
+    assert _without_timing(resumed.records_by_key) == _without_timing(whole.records_by_key)
     lines = (tmp_path / "part" / "records.jsonl").read_text().splitlines()
     assert len(lines) == 1 + 4  # header + each episode once: nothing lost, nothing repeated
-    record = whole["records"][episode_key("random", "popularity", "War", 0)]
+    record = whole.records_by_key[episode_key("random", "popularity", "War", 0)]
     assert record["k"] == 4 and record["target_size"] == 71 and record["policy"] == "random"
     assert record["curves"]["tokens"] == [0.0] * 4 and record["target_visible"] is None
     # Coverage from the stored rounds, recomputed here: distinct War items liked / 71.
@@ -122,7 +127,7 @@ def test_cli_prints_tables_and_writes_the_run_folder(ml100k, tmp_path, capsys):
     out = tmp_path / "cli"
     args = ["--methods", "random", "--recommenders", "popularity", "--targets", "War", "--agents", "5,3",
             "--rounds", "3", "--out", str(out)]
-    assert main(args) == 0
+    assert runner_main("ctrlbench", args) == 0
     printed = capsys.readouterr().out
     assert "Table 1" in printed and "Table 7" in printed and "per target" in printed
     tables = (out / "tables.md").read_text()
@@ -134,13 +139,13 @@ def test_cli_prints_tables_and_writes_the_run_folder(ml100k, tmp_path, capsys):
     figures = {p.name for p in (out / "figures").iterdir()}
     assert figures == {"coverage_by_round.png", "coverage_by_target.png"}
     assert json.loads((out / "config.json").read_text())["config"]["agents"] == [5, 3]
-    assert main(args) == 0  # resume: nothing left to do, same tables
+    assert runner_main("ctrlbench", args) == 0  # resume: nothing left to do, same tables
 
 
 def test_preset_paper_targets_the_union_with_search_off(ml100k):
     """The paper's union target: every item with any of the six genres, counted here from the raw
     genre columns; one population per (method, box, seed); flags on the command line win."""
-    from ctrlsim.experiments.ctrlbench import _sizes
+    from ctrlsim.experiments.ctrlbench.inputs import sizes as _sizes
 
     parser = build_parser(RUNNER)
     config = config_from_cli(RUNNER, parser.parse_args(["--preset", "paper", "--methods",
@@ -157,13 +162,15 @@ def test_bad_roster_files_are_reported(ml100k, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a roster"}')
     with pytest.raises(DataFileError, match="bad.json"):
-        run_ctrlbench(fast(methods=(), roster=str(bad)), RunOptions(out=str(tmp_path / "r")),
-                      show_progress=False)
+        ctrlsim.run("ctrlbench", config=fast(methods=(), roster=str(bad)),
+                    options=RunOptions(out=str(tmp_path / "r")), show_progress=False,
+                    raise_on_failure=False)
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps([{"probe_id": "x", "name": "X", "bio": "b", "behaviour": ["99999"]}]))
     with pytest.raises(DataFileError, match="'x'"):
-        run_ctrlbench(fast(methods=(), roster=str(unknown)), RunOptions(out=str(tmp_path / "r2")),
-                      show_progress=False)
+        ctrlsim.run("ctrlbench", config=fast(methods=(), roster=str(unknown)),
+                    options=RunOptions(out=str(tmp_path / "r2")), show_progress=False,
+                    raise_on_failure=False)
 
 
 @pytest.mark.llm
@@ -174,15 +181,16 @@ def test_llm_methods_and_a_stored_roster_run_end_to_end(ml100k, tmp_path):
     config = CtrlBenchConfig(methods=("base-small",), recommenders=("popularity",), targets=("War",),
                              agents=(1, 1), rounds=2, llm="smollm2-135m", roster=str(roster),
                              decision="json")  # the JSON head: its replies are what is checked below
-    result = run_ctrlbench(config, RunOptions(out=str(tmp_path / "llm")), show_progress=False)
-    assert result["failed"] == {}
-    small = result["records"][episode_key("base-small", "popularity", "War", 0)]
+    result = ctrlsim.run("ctrlbench", config=config, options=RunOptions(out=str(tmp_path / "llm")),
+                         show_progress=False, raise_on_failure=False)
+    assert result.failed == {}
+    small = result.records_by_key[episode_key("base-small", "popularity", "War", 0)]
     assert small["k"] == 1 and small["target_visible"] is True and small["llm"]["model"] == "smollm2-135m"
     assert small["setup_tokens"] > 0 and small["curves"]["tokens"][-1] > 0
     # Every reply is in the record; parse failures are the replies a plain JSON reader cannot use.
     replies = [r["reply"] for p in small["probes"] for r in p["rounds"]]
     assert small["decisions"] == len(replies) == 2
     assert small["parse_failures"] == sum(1 for text in replies if not usable_decision(text, 3))
-    from_file = result["records"][episode_key("roster", "popularity", "War", 0)]
+    from_file = result.records_by_key[episode_key("roster", "popularity", "War", 0)]
     assert [p["probe_id"] for p in from_file["probes"]] == ["fan"] and from_file["setup_tokens"] == 0
     assert (tmp_path / "llm" / "rosters").is_dir()

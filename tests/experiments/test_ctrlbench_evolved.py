@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from ctrlsim.experiments.ctrlbench import episode_key, main
+from ctrlsim.experiments.commands import runner_main
+from ctrlsim.experiments.ctrlbench.config import episode_key
 
 
 @pytest.fixture(autouse=True)
@@ -18,7 +19,7 @@ def test_kmeans_fusion_and_ctrlbench_through_the_command(ml100k, tmp_path, capsy
     args = ["--methods", "base-small,kmeans-fusion,ctrlbench", "--recommenders", "popularity",
             "--targets", "War+Film-Noir", "--agents", "4,1", "--rounds", "2", "--seeds", "0",
             "--llm", "smollm2-135m", "--out", str(out)]
-    assert main(args) == 0
+    assert runner_main("ctrlbench", args) == 0
     records = {json.loads(line)["key"]: json.loads(line)["record"]
                for line in (out / "records.jsonl").read_text().splitlines()[1:]}
     for method in ("kmeans-fusion", "ctrlbench"):

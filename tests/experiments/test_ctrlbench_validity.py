@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ctrlsim.experiments import ctrlbench_tables as T
+import ctrlsim
 from ctrlsim.experiments.config import RunOptions
-from ctrlsim.experiments.ctrlbench import CtrlBenchConfig, episode_key, run_ctrlbench
+from ctrlsim.experiments.ctrlbench import tables as T
+from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig, episode_key
 from ctrlsim.metrics.stats import mean_ci, paired_comparison, ratio_ci
 
 
@@ -156,28 +157,31 @@ def test_search_likes_never_count_as_the_recommenders(ml100k, tmp_path, searcher
     config = CtrlBenchConfig(methods=(searcher_module, "oracle"), recommenders=("popularity",),
                              targets=("War",), agents=(3, 3), rounds=4, seeds=(0,), allow_search=True,
                              decision="json")
-    result = run_ctrlbench(config, RunOptions(out=str(tmp_path / "run")), show_progress=False)
-    record = result["records"][episode_key(searcher_module, "popularity", "War", 0)]
+    result = ctrlsim.run("ctrlbench", config=config, options=RunOptions(out=str(tmp_path / "run")),
+                         show_progress=False, raise_on_failure=False)
+    record = result.records_by_key[episode_key(searcher_module, "popularity", "War", 0)]
     rounds = [r for p in record["probes"] for r in p["rounds"]]
     assert {r["source"] for r in rounds} == {"recommender", "search"}
     # Every target like came from search: the recommender gets no credit at all.
     assert record["search_target_likes"] > 0 and record["curves"]["coverage"] == [0.0] * 4
     assert record["search_likes"] == sum(len(r["liked"]) for r in rounds if r["source"] == "search")
-    assert record["policy"] == "genre-searcher" and "search likes" in result["tables"].lower()
+    assert record["policy"] == "genre-searcher" and "search likes" in result.markdown.lower()
 
 
 def test_search_is_refused_by_default(ml100k, tmp_path, searcher_module):
     config = CtrlBenchConfig(methods=(searcher_module,), recommenders=("popularity",), targets=("War",),
                              agents=(3, 2), rounds=3, seeds=(0,))
-    record = next(iter(run_ctrlbench(config, RunOptions(out=str(tmp_path / "run")),
-                                     show_progress=False)["records"].values()))
+    record = next(iter(ctrlsim.run("ctrlbench", config=config,
+                                   options=RunOptions(out=str(tmp_path / "run")), show_progress=False,
+                                   raise_on_failure=False).records_by_key.values()))
     assert len(record["dropped"]) == 2 and all("allow_search=False" in r for r in record["dropped"].values())
 
 
 def test_oracle_covers_exactly_the_targets_its_slates_showed(ml100k, tmp_path):
     config = CtrlBenchConfig(methods=("oracle", "random"), recommenders=("embedding",),
                              targets=("War+Film-Noir",), agents=(3, 3), rounds=4, seeds=(0,))
-    records = run_ctrlbench(config, RunOptions(out=str(tmp_path / "run")), show_progress=False)["records"]
+    records = ctrlsim.run("ctrlbench", config=config, options=RunOptions(out=str(tmp_path / "run")),
+                          show_progress=False, raise_on_failure=False).records_by_key
     oracle = records[episode_key("oracle", "embedding", "War+Film-Noir", 0)]
     union = set(ml100k.items_with_tag("War")) | set(ml100k.items_with_tag("Film-Noir"))
     shown = {i for p in oracle["probes"] for r in p["rounds"] for i in r["slate"]}
@@ -204,7 +208,7 @@ def test_base_small_draws_its_own_users_unless_nested(ml100k):
 def test_evaluation_setting_is_shared_with_evolve():
     from ctrlsim.agents import llm_probe
 
-    from ctrlsim.experiments.evolve import EvolveConfig
+    from ctrlsim.experiments.evolve.config import EvolveConfig
 
     bench, evolve = CtrlBenchConfig(), EvolveConfig()
     assert bench.memory_rounds == evolve.eval_memory_rounds == llm_probe.EVALUATION_MEMORY_ROUNDS
@@ -216,8 +220,9 @@ def test_tables_and_records_round_trip_through_json(ml100k, tmp_path):
     config = CtrlBenchConfig(methods=("random", "oracle"), recommenders=("popularity",), targets=("War",),
                              agents=(3, 2), rounds=2, seeds=(0, 1), task="popularity")
     out = tmp_path / "run"
-    result = run_ctrlbench(config, RunOptions(out=str(out)), show_progress=False)
+    result = ctrlsim.run("ctrlbench", config=config, options=RunOptions(out=str(out)), show_progress=False,
+                         raise_on_failure=False)
     stored = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()[1:]]
-    assert len(stored) == 4 and "Task 3" in result["tables"]
+    assert len(stored) == 4 and "Task 3" in result.markdown
     assert {p.name for p in (out / "figures").iterdir()} >= {"new_discoveries_by_round.png",
                                                             "popularity_by_round.png"}

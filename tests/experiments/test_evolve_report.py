@@ -1,5 +1,5 @@
 """`ctrlsim evolve`'s tables are GitHub markdown and show the probes' own failure rate."""
-from ctrlsim.experiments.evolve_report import probe_failures_line, render_tables
+from ctrlsim.experiments.evolve.report import probe_failures_line, render_tables
 from ctrlsim.experiments.tables import markdown_tables
 
 

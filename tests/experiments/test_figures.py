@@ -49,7 +49,9 @@ def test_runner_figure_functions_do_not_import_pyplot(tmp_path):
     code = f"""
 import itertools, json, sys
 from pathlib import Path
-from ctrlsim.experiments import evolve_report as evolve, promptshift_report, steereval_tables
+from ctrlsim.experiments.evolve import report as evolve
+from ctrlsim.experiments.promptshift import report as promptshift_report
+from ctrlsim.experiments.steereval import report as steereval_tables
 from ctrlsim.experiments.runfolder import RunFolder
 
 folder = RunFolder(Path({str(tmp_path / "run")!r}), {{"seed": 1}})

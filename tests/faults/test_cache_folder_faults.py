@@ -85,7 +85,8 @@ def test_a_writable_cache_folder_passes_the_check(monkeypatch, tmp_path):
     ({"methods": ("random",), "recommenders": ("keyword-bm25",)}, {"models"}),
 ])
 def test_what_a_ctrlbench_run_keeps_in_the_cache_folder(fields, needs):
-    from ctrlsim.experiments.ctrlbench import CtrlBenchConfig, cache_uses
+    from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig
+    from ctrlsim.experiments.ctrlbench.inputs import cache_uses
 
     assert set(cache_uses(CtrlBenchConfig(**{"recommenders": ("popularity",), **fields}))) == needs
 

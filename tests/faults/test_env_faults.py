@@ -238,7 +238,7 @@ def test_only_a_probes_own_failure_is_dropped_by_the_runner_loop(pop_rec):
     from ctrlsim.agents import RandomProbe
 
     from ctrlsim.errors import LLMOutputError
-    from ctrlsim.experiments.probe_run import run_population
+    from ctrlsim.experiments.probe.units import run_population
 
     class Unparseable:
         def act(self, observation, info):

@@ -11,7 +11,7 @@ from ctrlsim.agents.profiles import ProfileStore
 
 from ctrlsim.errors import CacheCorruptionWarning, DamagedRecordWarning, DataFileError
 from ctrlsim.experiments.cli import main
-from ctrlsim.experiments.ctrlbench_inputs import load_roster
+from ctrlsim.experiments.ctrlbench.inputs import load_roster
 
 GOOD = {"probe_id": "p1", "name": "Ann", "bio": "likes noir", "interests": ["noir"], "behaviour": ["12", 50]}
 
@@ -74,7 +74,7 @@ def test_a_damaged_record_is_reported_by_line_and_recomputed(tmp_path, monkeypat
     (out / "records.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.warns(DamagedRecordWarning, match=rf"line 2 \(key '{row['key']}'\)"):
         assert main(command) == 0
-    from ctrlsim.experiments.ctrlbench import RUNNER
+    from ctrlsim.experiments.ctrlbench.runner import RUNNER
     from ctrlsim.experiments.store import read_run_records
 
     records = read_run_records(out / "records.jsonl", RUNNER.record_fields)[1]

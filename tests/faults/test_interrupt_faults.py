@@ -426,8 +426,8 @@ def test_unknown_token_figures_read_as_unknown_never_as_a_number():
 
 
 def test_evolve_phase_and_calibrate_cost_tables_mark_unknown_token_totals():
-    from ctrlsim.experiments.calibrate_report import cost_table
-    from ctrlsim.experiments.evolve_report import _phase_tokens
+    from ctrlsim.experiments.calibrate.report import cost_table
+    from ctrlsim.experiments.evolve.report import _phase_tokens
 
     known = [{"total_tokens": 100, "calls": 4}, {"total_tokens": 20, "calls": 1}]
     assert _phase_tokens(known) == 120

@@ -28,7 +28,7 @@ LAMBDAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 @pytest.fixture(scope="module")
 def data():
-    # As ctrlsim.experiments.promptshift_tables.build_data does with the paper's defaults.
+    # As ctrlsim.experiments.promptshift.units.build_data does with the paper's defaults.
     return PromptShiftData.build(load_dataset("ml-100k"))
 
 

@@ -2,7 +2,8 @@
 import pytest
 
 from ctrlsim.data import load_dataset
-from ctrlsim.experiments.promptshift_tables import PromptShiftConfig, build_data, protocol_choices
+from ctrlsim.experiments.promptshift.config import PromptShiftConfig
+from ctrlsim.experiments.promptshift.units import build_data, protocol_choices
 from ctrlsim.recommenders.promptshift.data import PromptShiftData
 from ctrlsim.recommenders.promptshift.engine import CandidateList, PromptShiftEngine
 from ctrlsim.recommenders.promptshift.generation import (

@@ -218,7 +218,7 @@ def test_real_llm_episode(smol, ml100k):
 def test_env_and_runner_config_share_one_set_of_defaults():
     import inspect
 
-    from ctrlsim.experiments.promptshift_tables import PromptShiftConfig
+    from ctrlsim.experiments.promptshift.config import PromptShiftConfig
 
     env_defaults = inspect.signature(PromptShiftEnv.__init__).parameters
     cfg = PromptShiftConfig()

@@ -4,11 +4,14 @@ import shutil
 
 import pytest
 
+import ctrlsim
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.commands import parse_command
 from ctrlsim.experiments.config import RunOptions
-from ctrlsim.experiments.promptshift_report import format_tables, scenario_macro
-from ctrlsim.experiments.promptshift_tables import PromptShiftConfig, protocol_choices, report, run
+from ctrlsim.experiments.promptshift.config import PromptShiftConfig
+from ctrlsim.experiments.promptshift.report import compute_summary as report
+from ctrlsim.experiments.promptshift.report import format_tables, scenario_macro
+from ctrlsim.experiments.promptshift.units import protocol_choices
 from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
 
 
@@ -92,24 +95,26 @@ def test_run_folder_and_resume(smol, tmp_path):
 
     # "Interrupted" after one user: its five lists are on disk.
     before = fresh_calls(smol)
-    partial = run(cfg, options, llms=llms, stop_after_users=1, show_progress=False)
-    assert fresh_calls(smol) - before == 5 and not partial["complete"]
+    partial = ctrlsim.run("promptshift", config=cfg, options=options, llms=llms, max_units=1,
+                          show_progress=False)
+    assert fresh_calls(smol) - before == 5 and not partial.summary["complete"]
     lines = (out / "records.jsonl").read_text().splitlines()
     assert len(lines) == 2  # config, one user
 
     # The rerun does only the second user; the first user's line stays as it was.
     before = fresh_calls(smol)
-    result = run(cfg, options, llms=llms, show_progress=False)
-    assert fresh_calls(smol) - before == 5 and result["complete"]
+    result = ctrlsim.run("promptshift", config=cfg, options=options, llms=llms, show_progress=False)
+    assert fresh_calls(smol) - before == 5 and result.summary["complete"]
     lines2 = (out / "records.jsonl").read_text().splitlines()
     assert lines2[:2] == lines and len(lines2) == 3
     # Nothing left to do: no LLM call at all, and the same tables.
     before = fresh_calls(smol)
-    final = run(cfg, options, llms=llms, show_progress=False)
+    final = ctrlsim.run("promptshift", config=cfg, options=options, llms=llms, show_progress=False)
     assert fresh_calls(smol) == before
-    assert json.dumps(final["settings"]) == json.dumps(result["settings"])  # NaN-safe comparison
+    # NaN-safe comparison
+    assert json.dumps(final.summary["settings"]) == json.dumps(result.summary["settings"])
 
-    setting = final["settings"][0]
+    setting = final.summary["settings"][0]
     assert setting["n_users"] == 2 and setting["n_records"] == 2
     assert setting["selection"]["match_threshold"] in (80.0, 85.0, 90.0, 95.0, 100.0)
     assert len(setting["selection"]["b3"]["grid"]) == 27
@@ -127,10 +132,12 @@ def test_run_folder_and_resume(smol, tmp_path):
     # `--figures false`: the same records and tables, no figures drawn.
     bare = out.parent / "no-figures"
     shutil.copytree(out, bare, ignore=shutil.ignore_patterns("figures", "*.lock"))
-    again = run(cfg, RunOptions(out=str(bare), figures=False), llms=llms, show_progress=False)
-    assert json.dumps(again["settings"]) == json.dumps(final["settings"])
+    again = ctrlsim.run("promptshift", config=cfg, options=RunOptions(out=str(bare), figures=False),
+                        llms=llms, show_progress=False)
+    assert json.dumps(again.summary["settings"]) == json.dumps(final.summary["settings"])
     assert (bare / "tables.md").read_text() == tables and not (bare / "figures").exists()
 
     # A changed config never mixes into an existing run folder.
     with pytest.raises(ConfigError):
-        run(PromptShiftConfig(**{**cfg.__dict__, "k": 3}), options, llms=llms, show_progress=False)
+        ctrlsim.run("promptshift", config=PromptShiftConfig(**{**cfg.__dict__, "k": 3}), options=options,
+                    llms=llms, show_progress=False)

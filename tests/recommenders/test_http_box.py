@@ -15,7 +15,7 @@ from http_servers import FaultyService, ServedBox, run_folder_text
 from ctrlsim.errors import BackendUnavailableError, ConfigError
 from ctrlsim.experiments.cli import main
 from ctrlsim.recommenders import UserState, make_recommender
-from ctrlsim.recommenders.http import (
+from ctrlsim.recommenders.http.client import (
     ExchangeChangedWarning,
     RecommenderResponseError,
     ReplayMissError,

@@ -22,8 +22,8 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from ctrlsim.experiments.cli import main  # noqa: E402
 from ctrlsim.recommenders import Recommender, UserState, make_recommender  # noqa: E402
-from ctrlsim.recommenders import http_contract as contract  # noqa: E402
-from ctrlsim.recommenders.serve import encode_scores, make_app  # noqa: E402
+from ctrlsim.recommenders.http import contract  # noqa: E402
+from ctrlsim.recommenders.http.serve import encode_scores, make_app  # noqa: E402
 
 BOXES = ["popularity", "dial:1"]
 TOKEN = "s3cret-token-for-tests"
@@ -321,7 +321,7 @@ def test_every_endpoint_conforms_to_its_openapi_document(apps, path, method):
 
 # --------------------------------------------------------------------------- the command
 def test_serve_refuses_bad_boxes_and_options_before_binding(monkeypatch, capsys):
-    import ctrlsim.recommenders.serve as serve
+    import ctrlsim.recommenders.http.serve as serve
 
     bound = []
     monkeypatch.setattr(serve, "listen", lambda *a: bound.append(a))
@@ -350,7 +350,7 @@ def test_serve_port_in_use_is_exit_2(ml100k, capsys):
 
 
 def test_serve_reads_the_token_from_the_environment(ml100k, monkeypatch, capsys):
-    import ctrlsim.recommenders.serve as serve
+    import ctrlsim.recommenders.http.serve as serve
 
     served = []
 

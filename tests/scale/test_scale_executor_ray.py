@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ctrlsim
 from ctrlsim.errors import MissingDependencyError
 from ctrlsim.experiments.executor import LocalExecutor, is_failure, make_executor, worker_cache
 from ctrlsim.seeding import derive_rng
@@ -147,11 +148,13 @@ def test_worker_that_always_dies_is_recorded_as_failed_after_its_retries(ray_clu
 @pytest.mark.slow  # about 30 s on 2 busy cores (the ceiling's beam search runs twice)
 def test_probe_runner_gives_the_same_records_with_both_executors(ray_cluster, tmp_path, ml100k):
     from ctrlsim.experiments.config import RunOptions
-    from ctrlsim.experiments.probe_run import ProbeRunConfig, run
-
+    from ctrlsim.experiments.probe.config import ProbeRunConfig
     config = ProbeRunConfig(recommender="popularity", agents=4, rounds=5, target="War", ceiling_states=20)
-    local, _ = run(config, RunOptions(out=str(tmp_path / "local")), show_progress=False)
-    on_ray, _ = run(config, RunOptions(out=str(tmp_path / "ray"), executor="ray"), show_progress=False)
+    local = ctrlsim.run("probe", config=config, options=RunOptions(out=str(tmp_path / "local")),
+                        show_progress=False).records_by_key
+    on_ray = ctrlsim.run("probe", config=config,
+                         options=RunOptions(out=str(tmp_path / "ray"), executor="ray"),
+                         show_progress=False).records_by_key
 
     def without_timing(records):
         return {key: {k: v for k, v in record.items() if k != "seconds"} for key, record in records.items()}
@@ -163,43 +166,50 @@ def test_probe_runner_gives_the_same_records_with_both_executors(ray_cluster, tm
 
 def test_calibration_gives_the_same_records_with_both_executors(ray_cluster, tmp_path, monkeypatch):
     """Dial boxes on Ray workers: the ctrlbench and SteerEval calibrations' observations match local."""
-    from ctrlsim.experiments.calibrate import CalibrateConfig, run_calibrate
+    from ctrlsim.experiments.calibrate.config import CalibrateConfig
     from ctrlsim.experiments.config import RunOptions
 
     monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
     for protocol, extra in (("ctrlbench", {}), ("steereval", {"tags": ("Comedy",), "users": 1})):
         config = CalibrateConfig(protocol=protocol, dials=(0.0, 1.0), seeds=(0,), **extra)
-        local = run_calibrate(config, RunOptions(out=str(tmp_path / f"{protocol}-local"), figures=False),
-                              show_progress=False)
-        on_ray = run_calibrate(config, RunOptions(out=str(tmp_path / f"{protocol}-ray"), executor="ray",
-                                                  figures=False), show_progress=False)
-        assert not local["failed"] and not on_ray["failed"]
-        strip = {key: {k: v for k, v in r.items() if k != "timing"} for key, r in local["records"].items()}
+        local = ctrlsim.run("calibrate", config=config,
+                            options=RunOptions(out=str(tmp_path / f"{protocol}-local"), figures=False),
+                            show_progress=False, raise_on_failure=False)
+        on_ray = ctrlsim.run("calibrate", config=config,
+                             options=RunOptions(out=str(tmp_path / f"{protocol}-ray"), executor="ray",
+                                                figures=False), show_progress=False, raise_on_failure=False)
+        assert not local.failed and not on_ray.failed
+        strip = {key: {k: v for k, v in r.items() if k != "timing"}
+                 for key, r in local.records_by_key.items()}
         assert {key: {k: v for k, v in r.items() if k != "timing"}
-                for key, r in on_ray["records"].items()} == strip
+                for key, r in on_ray.records_by_key.items()} == strip
 
 
 def test_a_run_started_locally_resumes_on_ray_without_recomputing(ray_cluster, tmp_path, ml100k):
     import json
 
     from ctrlsim.experiments.config import RunOptions
-    from ctrlsim.experiments.ctrlbench import CtrlBenchConfig, run_ctrlbench
+    from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig
 
     config = CtrlBenchConfig(methods=("random",), recommenders=("popularity",), targets=("War",), rounds=3,
                              seeds=(0, 1, 2))
-    full = run_ctrlbench(config, RunOptions(out=str(tmp_path / "full")), show_progress=False)["records"]
+    full = ctrlsim.run("ctrlbench", config=config, options=RunOptions(out=str(tmp_path / "full")),
+                       show_progress=False, raise_on_failure=False).records_by_key
     resumed_out = tmp_path / "resumed"
-    first = run_ctrlbench(config, RunOptions(out=str(resumed_out)), show_progress=False, max_episodes=1)
-    assert len(first["records"]) == 1
-    resumed = run_ctrlbench(config, RunOptions(out=str(resumed_out), executor="ray"), show_progress=False)
+    first = ctrlsim.run("ctrlbench", config=config, options=RunOptions(out=str(resumed_out)),
+                        show_progress=False, max_units=1, raise_on_failure=False)
+    assert len(first.records_by_key) == 1
+    resumed = ctrlsim.run("ctrlbench", config=config,
+                          options=RunOptions(out=str(resumed_out), executor="ray"), show_progress=False,
+                          raise_on_failure=False)
 
     def without_timing(records):
         return {key: {k: v for k, v in record.items() if k != "timing"} for key, record in records.items()}
 
-    assert without_timing(resumed["records"]) == without_timing(full) and len(full) == 3
+    assert without_timing(resumed.records_by_key) == without_timing(full) and len(full) == 3
     lines = (resumed_out / "records.jsonl").read_text().splitlines()
     keys = [json.loads(line)["key"] for line in lines if '"key"' in line]
-    assert sorted(keys) == sorted(full) and keys[0] == next(iter(first["records"]))  # nothing recomputed
+    assert sorted(keys) == sorted(full) and keys[0] == next(iter(first.records_by_key))  # nothing recomputed
 
 
 def environment_unit(config, key):

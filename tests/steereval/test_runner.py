@@ -5,9 +5,11 @@ import re
 import pytest
 from ctrlsim.envs.steereval_env import SteerEvalEnv, eligible_users
 
+import ctrlsim
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments import steereval_tables as T
 from ctrlsim.experiments.config import RunOptions
+from ctrlsim.experiments.steereval.config import SteerEvalConfig, open_choices
+from ctrlsim.experiments.steereval.units import prepare_dataset
 
 
 @pytest.fixture
@@ -41,21 +43,22 @@ def test_config_round_trips_and_cli_defaults_are_the_dataclass_defaults():
     from ctrlsim.experiments.commands import parse_command
     from ctrlsim.experiments.config import config_from_dict, config_to_dict
 
-    assert parse_command("steereval", [])[0] == T.SteerEvalConfig()
-    cfg = T.SteerEvalConfig(tags=("Horror",), conditions=("default", "oracle"))
-    assert config_from_dict(T.SteerEvalConfig, config_to_dict(cfg)) == cfg
+    assert parse_command("steereval", [])[0] == SteerEvalConfig()
+    cfg = SteerEvalConfig(tags=("Horror",), conditions=("default", "oracle"))
+    assert config_from_dict(SteerEvalConfig, config_to_dict(cfg)) == cfg
     with pytest.raises(ConfigError, match="links"):
-        T.SteerEvalConfig(links="links.csv")
-    assert set(T.open_choices(cfg)) >= {"item text", "ties", "LLM score", "system message", "Trigger filter"}
+        SteerEvalConfig(links="links.csv")
+    assert set(open_choices(cfg)) >= {"item text", "ties", "LLM score", "system message", "Trigger filter"}
 
 
 @pytest.mark.llm
 def test_runner_writes_incrementally_and_resumes(tmp_path, monkeypatch, smol):
-    cfg = T.SteerEvalConfig(llm="smollm2-135m", users=1, tags=("Horror",), pool_size=6, history_len=8,
+    cfg = SteerEvalConfig(llm="smollm2-135m", users=1, tags=("Horror",), pool_size=6, history_len=8,
                             conditions=("default", "embedding"))
     options = RunOptions(out=str(tmp_path / "se"))
-    first = T.run_steereval(cfg, options, llm=smol, show_progress=False)
-    assert len(first["records"]) == 4  # 2 conditions x 2 directions
+    first = ctrlsim.run("steereval", config=cfg, options=options, llms={cfg.llm: smol},
+                        show_progress=False, raise_on_failure=False)
+    assert len(first.summary["records"]) == 4  # 2 conditions x 2 directions
     records_file = tmp_path / "se" / "records.jsonl"
     lines = records_file.read_text().splitlines()
     assert json.loads(lines[0])["config"]["llm"] == "smollm2-135m" and len(lines) == 5
@@ -66,11 +69,12 @@ def test_runner_writes_incrementally_and_resumes(tmp_path, monkeypatch, smol):
     calls = []
     real_step = SteerEvalEnv.step
     monkeypatch.setattr(SteerEvalEnv, "step", lambda self, a: calls.append(1) or real_step(self, a))
-    second = T.run_steereval(cfg, options, llm=smol, show_progress=False)
-    assert len(calls) == 3 and len(second["records"]) == 4
+    second = ctrlsim.run("steereval", config=cfg, options=options, llms={cfg.llm: smol},
+                         show_progress=False, raise_on_failure=False)
+    assert len(calls) == 3 and len(second.summary["records"]) == 4
     # summed from the records, and the resumed unit pays only its own work: the same totals
-    assert second["tokens"] == first["tokens"] and first["tokens"]["total_tokens"] > 0
-    assert {r["condition"] for r in second["records"]} == {"default", "embedding"}
+    assert second.summary["tokens"] == first.summary["tokens"] and first.summary["tokens"]["total_tokens"] > 0
+    assert {r["condition"] for r in second.summary["records"]} == {"default", "embedding"}
 
 
 def _tag_outside_titles(text: str, tag: str, titles: list[str]) -> bool:
@@ -125,16 +129,16 @@ def test_side_tables_attach_descriptions_and_renamed_trigger_tags(tmp_path, ml10
                      f"{ids[0]},Does the dog die?,8,1\n"     # 89% yes: applies
                      f"{ids[1]},Does the dog die?,3,1\n"     # 75%: not above the threshold
                      f"{ids[2]},Is there cannibalism?,4,0\n")
-    cfg = T.SteerEvalConfig(descriptions=str(descriptions), trigger_votes=str(votes),
+    cfg = SteerEvalConfig(descriptions=str(descriptions), trigger_votes=str(votes),
                             tags=("Does the dog die?", "Is there cannibalism?", "Horror"))
-    ds, tags, phrases, items = T.prepare_dataset(cfg)
+    ds, tags, phrases, items = prepare_dataset(cfg)
     assert phrases == {"Does the dog die?": "the dog dies", "Is there cannibalism?": "there is cannibalism",
                        "Horror": "Horror"}
     assert set(ds.items_with_tag("Does the dog die?")) == {ids[0]}
     assert items == frozenset(ids)  # only described items are used (the paper drops the others)
-    keep_all = T.SteerEvalConfig(descriptions=str(descriptions), drop_undescribed=False)
-    assert T.prepare_dataset(keep_all)[3] is None
-    kept_names = T.prepare_dataset(T.SteerEvalConfig(trigger_votes=str(votes), rename_triggers=False,
+    keep_all = SteerEvalConfig(descriptions=str(descriptions), drop_undescribed=False)
+    assert prepare_dataset(keep_all)[3] is None
+    kept_names = prepare_dataset(SteerEvalConfig(trigger_votes=str(votes), rename_triggers=False,
                                                      tags=("Does the dog die?",)))[2]
     assert kept_names == {"Does the dog die?": "Does the dog die?"}
 
@@ -161,31 +165,33 @@ def test_ray_executor_gives_the_local_records_and_tokens(tmp_path, smol, monkeyp
     # profile came from the cache holds another KV state than one that wrote it, and the two
     # executors agree up to batching noise (docs/scale-out.md).
     monkeypatch.setenv("CTRLSIM_KV_REUSE", "0")
-    cfg = T.SteerEvalConfig(llm="smollm2-135m", users=2, tags=("Horror",), pool_size=10, history_len=8,
+    cfg = SteerEvalConfig(llm="smollm2-135m", users=2, tags=("Horror",), pool_size=10, history_len=8,
                             conditions=("default",))
-    local = T.run_steereval(cfg, RunOptions(out=str(tmp_path / "local")), show_progress=False)
+    local = ctrlsim.run("steereval", config=cfg, options=RunOptions(out=str(tmp_path / "local")),
+                        show_progress=False, raise_on_failure=False)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
-        remote = T.run_steereval(cfg, RunOptions(out=str(tmp_path / "ray"), executor="ray"),
-                                 show_progress=False)
+        remote = ctrlsim.run("steereval", config=cfg,
+                             options=RunOptions(out=str(tmp_path / "ray"), executor="ray"),
+                             show_progress=False, raise_on_failure=False)
     finally:
         ray.shutdown()
-    assert remote["failed"] == {}
+    assert remote.failed == {}
 
     def by_key(result):
         return {f"{r['condition']}/{r['user']}/{r['tag']}/{r['direction']}": r for r in result["records"]}
 
-    assert len(local["records"]) == 4  # 2 users x 2 directions
+    assert len(local.summary["records"]) == 4  # 2 users x 2 directions
     assert by_key(remote) == by_key(local)
-    assert remote["tokens"] == local["tokens"]
-    for user in {r["user"] for r in local["records"]}:
+    assert remote.summary["tokens"] == local.summary["tokens"]
+    for user in {r["user"] for r in local.summary["records"]}:
         increase, decrease = (by_key(local)[f"default/{user}/Horror/{d}"]["tokens"]["prompt"]
                               for d in ("increase", "decrease"))
         assert increase > decrease > 0  # the increase unit pays for the shared profile and ranking
 
 
 def test_a_loaded_llm_is_refused_with_the_ray_executor(tmp_path):
-    cfg = T.SteerEvalConfig(users=1, tags=("Horror",), pool_size=6, history_len=8, conditions=("default",))
+    cfg = SteerEvalConfig(users=1, tags=("Horror",), pool_size=6, history_len=8, conditions=("default",))
     with pytest.raises(ConfigError, match="--executor local"):
-        T.run_steereval(cfg, RunOptions(out=str(tmp_path / "se"), executor="ray"), llm=object(),
-                        show_progress=False)
+        ctrlsim.run("steereval", config=cfg, options=RunOptions(out=str(tmp_path / "se"), executor="ray"),
+                    llms={cfg.llm: object()}, show_progress=False, raise_on_failure=False)

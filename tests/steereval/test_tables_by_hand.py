@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from ctrlsim.envs.steereval_env import rank_pool
 
-from ctrlsim.experiments.steereval_tables import (
-    SteerEvalConfig,
+from ctrlsim.experiments.steereval.config import SteerEvalConfig
+from ctrlsim.experiments.steereval.report import (
     format_tables,
     kept_trigger_tags,
     per_tag_summary,

@@ -10,7 +10,7 @@
 
 The metrics are pure functions in `ctrlsim.metrics.promptshift`; the title matcher,
 shared with the data loaders, is `ctrlsim.data.matching`. The Gymnasium env
-(`ctrlsim.envs.promptshift_env`) and the runner (`ctrlsim.experiments.promptshift_tables`,
-with its tables in `promptshift_report`) are thin layers over this package. Nothing is
+(`ctrlsim.envs.promptshift_env`) and the runner (`ctrlsim.experiments.promptshift.runner`,
+with its tables in `promptshift.report`) are thin layers over this package. Nothing is
 re-exported here: import from the submodule that defines a name.
 """

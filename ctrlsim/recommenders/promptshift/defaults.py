@@ -1,11 +1,12 @@
 """PromptShift's protocol setting, defined once (Gan & Dong, section 5.1).
 
 The package's classes, the Gymnasium env (`ctrlsim.envs.promptshift_env`) and the
-runner's config (`ctrlsim.experiments.promptshift_tables.PromptShiftConfig`) take
+runner's config (`ctrlsim.experiments.promptshift.config.PromptShiftConfig`) take
 their defaults from here, so the env and the CLI cannot drift apart.
 """
 from __future__ import annotations
 
+from ctrlsim.backends.bundled import DEFAULT_LLM  # noqa: F401 - the env's model when none is named
 from ctrlsim.metrics.promptshift import RHO
 
 N_CANDIDATES = 30         # N, titles asked of the LLM per list
@@ -28,7 +29,7 @@ MATCH_THRESHOLDS = (80.0, 85.0, 90.0, 95.0, 100.0)
 # Unmatched titles in SliceShift: "zero" (the formula as written, the default) or "skip".
 UNMATCHED_POLICIES = ("zero", "skip")
 
-DEFAULT_LLM = "qwen2.5-1.5b"  # the env's model when none is named
+
 TEMPERATURE = 0.0             # greedy decoding (the paper holds decoding fixed across conditions)
 
 

@@ -7,7 +7,7 @@ matches their titles to catalogue items with a `TitleMatcher`, keeps them per
 (user, prompt condition), and scores any reordering of a cued pool with the
 shared metric hook `ctrlsim.metrics.promptshift.evaluate_ranking`. The
 Gymnasium env (`ctrlsim.envs.promptshift_env`), validation selection
-(`selection`) and the table runner (`ctrlsim.experiments.promptshift_tables`)
+(`selection`) and the table runner (`ctrlsim.experiments.promptshift.runner`)
 all drive it.
 
 What it knows of a user it asks `PromptShiftData.user` once, as a

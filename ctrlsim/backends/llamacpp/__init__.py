@@ -1,0 +1,2 @@
+"""The llama.cpp runtime (llama-cpp-python): the LLM, its KV-cache reuse, parallel sequences,
+sampling and streams."""

@@ -1,0 +1,1 @@
+"""The `audit` protocol: config, units, report and the runner declaration."""

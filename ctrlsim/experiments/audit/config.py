@@ -1,0 +1,256 @@
+"""What `ctrlsim audit BOX` runs: its config, its sizes, and which protocols apply to which box.
+
+An audit is a list of **sub-runs**, each an ordinary run of one runner (ctrlbench, calibrate,
+steereval, promptshift) in its own folder under the audit folder, driven by the same driver as
+the runner's own command (so it resumes, runs on Ray, and fails loudly). `plan_subruns` turns an
+`AuditConfig` into those sub-runs; nothing here loads data or models.
+
+Which protocols apply:
+
+* every `make_recommender` name (RecBole models, `dial:` boxes and `http(s)://` services included)
+  gets CtrlBench-Rec (Tasks 1-3 from the same episodes) with LLM probes, the `oracle` upper bound
+  and the `random` floor, and the ctrlbench calibration that places it on the dial's lambda scale
+  for the same probes, seeds and sizes;
+* a box that reads profile text gets SteerEval (and its calibration): `embedding` (SteerEval's
+  embedding ranker) and `llm:SPEC` (the LLM scoring ranker);
+* an LLM list generator, `llm:SPEC`, gets PromptShift (and its calibration). `llm:SPEC` is not
+  a `make_recommender` box, so CtrlBench-Rec does not apply to it.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
+from ctrlsim.errors import ConfigError
+
+REPORT, SUMMARY, AUDIT_FILE, COST_FILE = "report.html", "summary.json", "audit.json", "cost.jsonl"
+DEFAULT_OUT = "results/audit"
+AUDIT_DESCRIPTION = ("`ctrlsim audit BOX [--compare BOX2 ...]`: every protocol that applies to a box, "
+                     "one report card.")
+SIZES = ("small", "medium", "paper")
+LLM_BOX = "llm:"
+PROFILE_BOXES = {"embedding": "embedding"}  # box -> SteerEval condition whose ranker it is
+LLM_CONDITION = "default"  # SteerEval's LLM-scoring condition, the ranker an `llm:SPEC` box is
+PROBE_METHODS = ("base-small", "oracle", "random")
+SUBRUN_PROTOCOLS = {"ctrlbench": "ctrlbench", "calibrate-ctrlbench": "calibrate", "steereval": "steereval",
+                    "calibrate-steereval": "calibrate", "promptshift": "promptshift",
+                    "calibrate-promptshift": "calibrate"}
+
+# Per size: the fields of each sub-run's config (flags given with --set override them).
+_SMALL: dict[str, dict[str, Any]] = {
+    "ctrlbench": {"methods": PROBE_METHODS, "agents": (2, 1), "rounds": 4, "seeds": (0, 1, 2),
+                  "targets": ("War+Film-Noir",), "task": "profile-shaping"},
+    "calibrate-ctrlbench": {"protocol": "ctrlbench", "methods": PROBE_METHODS, "dials": (0.0, 0.5, 1.0)},
+    "steereval": {"tags": ("Comedy", "Action"), "users": 2, "pool_size": 60, "seed": 0},
+    "calibrate-steereval": {"protocol": "steereval", "methods": ("template",), "dials": (0.0, 0.5, 1.0),
+                            "seeds": (0,)},
+    "promptshift": {"users": 4, "scenarios": ("gender",)},
+    "calibrate-promptshift": {"protocol": "promptshift", "methods": ("b0",), "dials": (0.0, 0.5, 1.0),
+                              "seeds": (0,), "users": 4, "scenarios": ("gender",)},
+}
+_MEDIUM: dict[str, dict[str, Any]] = {
+    "ctrlbench": {"methods": PROBE_METHODS, "agents": (4, 2), "rounds": 8, "seeds": (0, 1, 2, 3, 4, 5),
+                  "targets": ("War+Film-Noir",), "task": "profile-shaping"},
+    "calibrate-ctrlbench": {"protocol": "ctrlbench", "methods": PROBE_METHODS,
+                            "dials": (0.0, 0.25, 0.5, 0.75, 1.0)},
+    "steereval": {"tags": ("Action", "Comedy", "Romance", "Thriller"), "users": 5, "seed": 0},
+    "calibrate-steereval": {"protocol": "steereval", "methods": ("template", "stronger", "weaker"),
+                            "dials": (0.0, 0.25, 0.5, 0.75, 1.0), "seeds": (0, 1, 2)},
+    "promptshift": {"users": 8},
+    "calibrate-promptshift": {"protocol": "promptshift", "methods": ("b0", "b3"),
+                              "dials": (0.0, 0.25, 0.5, 0.75, 1.0), "seeds": (0, 1, 2), "users": 8},
+}
+_PAPER: dict[str, dict[str, Any]] = {
+    "ctrlbench": {"methods": PROBE_METHODS, "agents": (100, 26), "rounds": 20, "seeds": (0, 1, 2),
+                  "targets": ("Action+Adventure+Thriller+War+Romance+Film-Noir",), "task": "profile-shaping"},
+    "calibrate-ctrlbench": {"protocol": "ctrlbench", "methods": PROBE_METHODS,
+                            "dials": (0.0, 0.25, 0.5, 0.75, 1.0)},
+    "steereval": {"users": 10, "seed": 0},
+    "calibrate-steereval": {"protocol": "steereval", "methods": ("template", "stronger", "weaker"),
+                            "dials": (0.0, 0.25, 0.5, 0.75, 1.0), "seeds": (0, 1, 2), "users": 10},
+    "promptshift": {},
+    "calibrate-promptshift": {"protocol": "promptshift", "methods": ("b0", "b1", "b2", "b3"),
+                              "dials": (0.0, 0.25, 0.5, 0.75, 1.0), "seeds": (0, 1, 2)},
+}
+SIZE_FIELDS: dict[str, dict[str, dict[str, Any]]] = {"small": _SMALL, "medium": _MEDIUM, "paper": _PAPER}
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """One audit: the boxes, the size, the probes' LLM and per-sub-run overrides."""
+
+    boxes: tuple[str, ...]
+    size: str = "small"
+    llm: str = DEFAULT_PROBE_LLM
+    dataset: str = "ml-100k"
+    slate_size: int = 3
+    # sub-run name -> config fields that override the size's (from `--set NAME "FLAGS"`)
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.boxes:
+            raise ConfigError("audit: name at least one box")
+        if len(set(self.boxes)) != len(self.boxes):
+            raise ConfigError(f"audit: a box is given more than once in {list(self.boxes)}")
+        if self.size not in SIZES:
+            raise ConfigError(f"audit: --size must be one of {', '.join(SIZES)}, got {self.size!r}")
+        unknown = sorted(set(self.overrides) - set(SUBRUN_PROTOCOLS))
+        if unknown:
+            raise ConfigError(f"audit: --set names unknown sub-run(s) {unknown}; sub-runs: "
+                              f"{', '.join(SUBRUN_PROTOCOLS)}")
+        llm_boxes = [b for b in self.boxes if is_llm_box(b)]
+        if len({llm_spec(b) for b in llm_boxes}) > 1:
+            raise ConfigError("audit: SteerEval scores with one LLM; give at most one llm:SPEC box")
+        for box in self.boxes:
+            if is_llm_box(box):
+                if not llm_spec(box):
+                    raise ConfigError(f"audit: {box!r} names no LLM (llm:SPEC, e.g. llm:qwen2.5-0.5b)")
+                continue
+            from ctrlsim.recommenders.registry import check_recommender_name
+
+            check_recommender_name(box)
+
+    @property
+    def primary(self) -> str:
+        return self.boxes[0]
+
+
+def is_llm_box(box: str) -> bool:
+    return box.startswith(LLM_BOX)
+
+
+def llm_spec(box: str) -> str:
+    return box[len(LLM_BOX):]
+
+
+def reads_profile_text(box: str) -> bool:
+    return box in PROFILE_BOXES or is_llm_box(box)
+
+
+def steereval_condition(box: str) -> str:
+    return LLM_CONDITION if is_llm_box(box) else PROFILE_BOXES[box]
+
+
+def calibrate_box(box: str) -> str:
+    """The name a box goes by in calibrate's `--compare` (steereval: `llm`/`embedding`; promptshift: spec)."""
+    return llm_spec(box) if is_llm_box(box) else box
+
+
+@dataclass(frozen=True)
+class SubRun:
+    """One sub-run: its name (also its folder), its runner, and its config fields."""
+
+    name: str
+    protocol: str
+    fields: Mapping[str, Any]
+
+
+def plan_subruns(config: AuditConfig) -> list[SubRun]:
+    """The sub-runs that apply to the audited boxes, in the order they run (see the module docstring)."""
+    sizes = SIZE_FIELDS[config.size]
+    boxes = [b for b in config.boxes if not is_llm_box(b)]
+    profile = [b for b in config.boxes if reads_profile_text(b)]
+    generators = [b for b in config.boxes if is_llm_box(b)]
+    llm = next((llm_spec(b) for b in generators), config.llm)
+    common = {"dataset": config.dataset}
+    fields: dict[str, dict[str, Any]] = {}
+    if boxes:
+        fields["ctrlbench"] = {**common, **sizes["ctrlbench"], "recommenders": tuple(boxes),
+                               "llm": config.llm, "slate_size": config.slate_size}
+        cb = {**fields["ctrlbench"], **config.overrides.get("ctrlbench", {})}
+        # the same probes, sizes and seeds as the ctrlbench sub-run: a placement is for those probes
+        fields["calibrate-ctrlbench"] = {**common, **sizes["calibrate-ctrlbench"], "compare": tuple(boxes),
+                                         "llm": cb["llm"], "methods": tuple(cb["methods"]),
+                                         "agents": tuple(cb["agents"]), "rounds": cb["rounds"],
+                                         "seeds": tuple(cb["seeds"]), "targets": tuple(cb["targets"]),
+                                         "slate_size": cb["slate_size"]}
+    if profile:
+        fields["steereval"] = {**common, **sizes["steereval"], "llm": llm,
+                               "conditions": tuple(dict.fromkeys(steereval_condition(b) for b in profile))}
+        se = {**fields["steereval"], **config.overrides.get("steereval", {})}
+        compare = tuple("llm" if is_llm_box(b) else b for b in profile)
+        fields["calibrate-steereval"] = {**common, **sizes["calibrate-steereval"], "compare": compare,
+                                         "llm": se["llm"], "users": se["users"]}
+        for name in ("tags", "pool_size"):  # the same scenarios as the steereval sub-run
+            if se.get(name):
+                fields["calibrate-steereval"][name] = tuple(se[name]) if name == "tags" else se[name]
+    if generators:
+        fields["promptshift"] = {**common, **sizes["promptshift"],
+                                 "llms": tuple(llm_spec(b) for b in generators)}
+        fields["calibrate-promptshift"] = {**common, **sizes["calibrate-promptshift"], "llm": llm,
+                                           "compare": tuple(llm_spec(b) for b in generators)}
+    return [SubRun(name, SUBRUN_PROTOCOLS[name], {**values, **config.overrides.get(name, {})})
+            for name, values in fields.items()]
+
+
+def subrun_config(subrun: SubRun) -> Any:
+    """The runner's typed config of a sub-run (validated: a bad override is a `ConfigError` now)."""
+    from ctrlsim.experiments.config import config_from_dict
+    from ctrlsim.experiments.runner import get_runner
+
+    try:
+        return config_from_dict(get_runner(subrun.protocol).config_cls, dict(subrun.fields))
+    except ConfigError as exc:
+        raise ConfigError(f"audit sub-run {subrun.name}: {exc}") from None
+
+
+def parse_overrides(pairs: list[list[str]] | None) -> dict[str, dict[str, Any]]:
+    """`--set NAME "FLAGS"` pairs -> sub-run name -> the config fields those flags set.
+
+    The flags are the sub-run's runner's own (`ctrlsim ctrlbench --help`), parsed by its own parser,
+    so `--set ctrlbench "--rounds 6 --seeds 0,1,2,3"` means what it means on `ctrlsim ctrlbench`."""
+    import shlex
+
+    from ctrlsim.experiments.commands import build_parser
+    from ctrlsim.experiments.config import RunOptions
+    from ctrlsim.experiments.runner import get_runner
+
+    out: dict[str, dict[str, Any]] = {}
+    run_options = {f.name for f in dataclasses.fields(RunOptions)}
+    for name, flags in pairs or []:
+        if name not in SUBRUN_PROTOCOLS:
+            raise ConfigError(f"audit: --set names unknown sub-run {name!r}; sub-runs: "
+                              f"{', '.join(SUBRUN_PROTOCOLS)}")
+        runner = get_runner(SUBRUN_PROTOCOLS[name])
+        try:
+            args = build_parser(runner).parse_args(shlex.split(flags))
+        except SystemExit:
+            raise ConfigError(f"audit: --set {name} {flags!r}: not flags of "
+                              f"`ctrlsim {runner.name}`") from None
+        given = {k: v for k, v in vars(args).items() if k not in run_options and k != "out"}
+        names = {f.name for f in dataclasses.fields(runner.config_cls) if f.init}
+        out.setdefault(name, {}).update({k: v for k, v in given.items() if k in names})
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ctrlsim audit", description=AUDIT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Sub-runs: ctrlbench, calibrate-ctrlbench (any box); steereval, calibrate-steereval "
+               "(embedding, llm:SPEC); promptshift, calibrate-promptshift (llm:SPEC). docs/audit.md.")
+    parser.add_argument("box", help="any make_recommender name (popularity, narm, dial:0.5, "
+                                    "http://host:8000, ...), or llm:SPEC for an LLM list generator")
+    parser.add_argument("--compare", nargs="+", default=[], metavar="BOX",
+                        help="more boxes audited side by side, with paired comparisons against BOX")
+    parser.add_argument("--size", choices=SIZES, default="small",
+                        help="small (default; minutes on a 2-core CPU), medium, or paper (the papers' sizes)")
+    parser.add_argument("--llm", default=DEFAULT_PROBE_LLM, help="the probes' LLM (a load_llm spec) "
+                                                           f"[default: {DEFAULT_PROBE_LLM}]")
+    parser.add_argument("--dataset", default="ml-100k", help="dataset name or path [default: ml-100k]")
+    parser.add_argument("--slate-size", type=int, default=3,
+                        help="items per slate for every box (one scale for the placement) [default: 3]")
+    parser.add_argument("--set", nargs=2, action="append", metavar=("SUBRUN", "FLAGS"), dest="overrides",
+                        help="flags of a sub-run's runner, e.g. "
+                             '--set ctrlbench "--rounds 6 --seeds 0,1,2,3"')
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"audit folder [default: {DEFAULT_OUT}]")
+    parser.add_argument("--overwrite", action="store_true", help="move earlier sub-run folders aside")
+    parser.add_argument("--executor", default="local", choices=["local", "ray"], help="where units run")
+    parser.add_argument("--ray-address", default=None, help="Ray cluster address (with --executor ray)")
+    parser.add_argument("--replay", default=None, help="answer HTTP boxes from an earlier run's exchanges")
+    parser.add_argument("--allow-code-change", action="store_true",
+                        help="resume sub-runs written by other ctrlsim code")
+    return parser

@@ -1,0 +1,43 @@
+"""report.html: the audit's summary rendered with Jinja2 (templates/audit.html.j2, package data).
+
+One self-contained page: the figures are data: URIs, the styles are inline, there is no script and
+no link to any other host; `@media print` lays it out for paper. Autoescaping is on, so every
+box name, model path or LLM reply in the summary is shown as text, never as markup.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+TEMPLATE = "audit.html.j2"
+
+
+def _environment():
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(loader=PackageLoader("ctrlsim.experiments.audit", "templates"),
+                      autoescape=select_autoescape(["html", "j2"], default=True), undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["ci"] = format_ci
+    env.filters["num"] = format_num
+    return env
+
+
+def format_num(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def format_ci(e: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """"12.50 [9.10, 15.90]" (the 95% interval), "12.50 [n/a]" with one observation, "n/a" with none."""
+    if not e or e.get("value") is None:
+        return "n/a"
+    if e.get("low") is None:
+        return f"{e['value']:.{digits}f} [n/a]"
+    return f"{e['value']:.{digits}f} [{e['low']:.{digits}f}, {e['high']:.{digits}f}]"
+
+
+def render_report(summary: Mapping[str, Any], figures: Mapping[str, dict]) -> str:
+    return _environment().get_template(TEMPLATE).render(s=summary, figures=figures)

@@ -1,0 +1,1 @@
+"""The `calibrate` protocol: config, units, report and the runner declaration."""

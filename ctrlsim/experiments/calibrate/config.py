@@ -1,0 +1,282 @@
+"""`ctrlsim calibrate`: does a protocol, with these probes, detect controllability, and how finely?
+
+A measuring instrument is calibrated against references whose answer is known. The references
+are the dial boxes of `ctrlsim.recommenders.dial` (and its SteerEval and PromptShift siblings):
+lambda = 0 ignores the user, lambda = 1 follows what the user liked or said. This runner runs a
+protocol's probes (its methods) against dial boxes over a lambda grid and several seeds, through
+the same driver as every runner (run folder, resume, executor, failure policy), and optionally
+against real boxes (`--compare`) to place them on the dial's scale.
+
+Units: `<method>|<box>|seed=<N>`, the box a dial spec (`dial:0.25`) or a compared box name. A unit
+measures the protocol's metric on every one of its observations (a ctrlbench episode per target,
+a SteerEval scenario, a PromptShift user x scenario) and stores them by observation id; tables
+pair observations by that id across lambdas. Per protocol:
+
+  ctrlbench    methods: any ctrlbench method (oracle, random, base-small, ..., module:attribute);
+               metrics: Coverage at the last round (%) and Exposure (% of the target the box put
+               on a recommender slate); compare: any `make_recommender` name (narm, sasrec, ...)
+  steereval    methods: template, stronger, weaker (no LLM), llm-append, llm-rewrite;
+               metric: signed Delta-AUC_t (negated for decrease edits: > 0 = steered as asked);
+               boxes: `dial-profile` rankers; compare: the SteerEval rankers llm, embedding
+  promptshift  methods: b0 (the cued list as generated) and the rerankers b1, b2, b3 applied to it;
+               metrics: Drift against L^0 and SliceShift; boxes: dial list generators; compare: an
+               LLM spec (the list generator PromptShift normally runs)
+
+The tables (`ctrlsim.experiments.calibrate.report`): each method's metric at every lambda with
+its 95% CI, Spearman's rho between lambda and the metric with a cluster-bootstrap CI, the lambda
+= 0 value against its known answer, the resolution (the smallest lambda step every pair of grid
+points that far apart is told apart at p < 0.05), and each compared box's matched lambda with an
+interval. docs/calibration.md says how to read them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
+from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
+from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.config import (
+    MAX_AGENTS,
+    MAX_ITEMS,
+    MAX_ROUNDS,
+    MAX_SEED,
+    MAX_SLATE,
+    MAX_USERS,
+    bound,
+    check_choice,
+    check_range,
+)
+from ctrlsim.recommenders.dial import is_dial
+
+DEFAULT_OUT = "results/calibrate"
+PROTOCOLS = ("ctrlbench", "steereval", "promptshift")
+DEFAULT_DIALS = (0.0, 0.25, 0.5, 0.75, 1.0)
+STEEREVAL_METHODS = ("template", "stronger", "weaker", "llm-append", "llm-rewrite")
+PROMPTSHIFT_METHODS = ("b0", "b1", "b2", "b3")
+DEFAULT_METHODS = {"ctrlbench": ("oracle", "random"), "steereval": ("template", "stronger", "weaker"),
+                   "promptshift": ("b0", "b3")}
+# Each protocol's dial family (the spec prefix of its reference boxes) and its metrics, the first
+# of them the one the resolution, the figure and --compare use.
+DIAL_KIND = {"ctrlbench": "dial", "steereval": "dial-profile", "promptshift": "dial"}
+METRICS = {"ctrlbench": ("coverage", "exposure"), "steereval": ("delta_auc",),
+           "promptshift": ("drift", "slice_shift")}
+STEEREVAL_COMPARE = ("llm", "embedding")
+
+
+def _help(text: str, **extra) -> dict:
+    return {"help": text, **extra}
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """One calibration: a protocol's methods against dial boxes over a lambda grid (config.json)."""
+
+    protocol: str = field(default="ctrlbench", metadata=_help(
+        "the protocol calibrated", choices=list(PROTOCOLS)))
+    methods: tuple[str, ...] = field(default=(), metadata=_help(
+        "probe methods (default per protocol: ctrlbench oracle,random; steereval template,stronger,weaker; "
+        "promptshift b0,b3)"))
+    dials: tuple[float, ...] = field(default=DEFAULT_DIALS, metadata=_help(
+        "the lambda grid, values in [0, 1]"))
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata=_help(
+        f"seeds (users sampled, probes, ties); each adds observations ({bound(MAX_SEED)})"))
+    compare: tuple[str, ...] = field(default=(), metadata=_help(
+        "real boxes to place on the dial's scale (ctrlbench: make_recommender names; steereval: llm, "
+        "embedding; promptshift: LLM specs)"))
+    dial_options: tuple[str, ...] = field(default=(), metadata=_help(
+        "key=value options of every dial box, e.g. base=random,mix=scores (docs/calibration.md)"))
+    dataset: str = field(default="ml-100k", metadata=_help("dataset name or path"))
+    llm: str = field(default=DEFAULT_PROBE_LLM, metadata=_help(
+        "the LLM of LLM methods (ctrlbench probes, SteerEval LLM edits, a SteerEval llm ranker)"))
+    targets: tuple[str, ...] = field(default=("War+Film-Noir",), metadata=_help(
+        "(ctrlbench) target sets: a tag or a '+' union of tags"))
+    agents: tuple[int, ...] = field(default=(4, 1), metadata=_help(
+        "(ctrlbench) K_large,K_small; one probe by default, so the target-seeking reference measures the "
+        f"box, not the diversity of identical probes (docs/calibration.md; {bound(MAX_AGENTS)})"))
+    rounds: int = field(default=4, metadata=_help(
+        f"(ctrlbench) interaction rounds per episode ({bound(MAX_ROUNDS)})"))
+    slate_size: int = field(default=3, metadata=_help(
+        "(ctrlbench) items per slate, the same for every box: a compared box is on the dial's scale only "
+        f"at the dial's slate size (ctrlbench itself gives narm 20; {bound(MAX_SLATE)})"))
+    tags: tuple[str, ...] = field(default=("Action", "Comedy", "Romance", "Thriller"), metadata=_help(
+        "(steereval) tags to steer"))
+    users: int = field(default=5, metadata=_help(
+        f"(steereval) users per tag; (promptshift) users sampled per seed ({bound(MAX_USERS)})"))
+    pool_size: int = field(default=100, metadata=_help(
+        f"(steereval) items ranked per scenario ({bound(MAX_ITEMS)})"))
+    scenarios: tuple[str, ...] = field(default=("gender", "age", "gender_age"), metadata=_help(
+        "(promptshift) identity-cue scenarios"))
+    n_candidates: int = field(default=30, metadata=_help(
+        f"(promptshift) N, items per generated list ({bound(MAX_SLATE)})"))
+    k: int = field(default=20, metadata=_help(
+        f"(promptshift) K, the evaluated list length ({bound(MAX_SLATE)})"))
+    decision: str = field(default=DEFAULT_DECISION, metadata={**_help(
+        "how ctrlbench's LLM probes decide: json, yesno or twostep (`ctrlsim ctrlbench --help`)"),
+        "choices": list(DECISION_HEADS)})
+    decision_threshold: float = field(default=DEFAULT_THRESHOLD, metadata=_help(
+        "P(yes) at or above which a question head likes an item, in (0, 1)"))
+    cache: bool = field(default=True, metadata=_help(
+        "cache LLM replies and personas (ctrlbench episodes in ctrlbench's cache, the rest under "
+        "$CTRLSIM_CACHE/calibrate; replays are free)"))
+
+    def __post_init__(self):
+        from ctrlsim.recommenders.dial import check_lambda, format_lambda
+
+        check_choice("protocol", self.protocol, PROTOCOLS)
+        from ctrlsim.agents.llm_probe import check_decision
+
+        check_decision(self.decision, self.decision_threshold)  # before any model loads
+        if not self.dials:
+            raise ConfigError("dials: the lambda grid is empty; give at least two values in [0, 1]")
+        grid = [check_lambda(v, name="dials") for v in self.dials]
+        if len({format_lambda(v) for v in grid}) != len(grid):
+            raise ConfigError(f"dials: a lambda is given more than once in {list(self.dials)}")
+        if len(grid) < 2:
+            raise ConfigError("dials: a calibration needs at least two lambdas (e.g. 0,1)")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
+        for s in self.seeds:
+            check_range("seeds", s, low=0, high=MAX_SEED)
+        for option in self.dial_options:
+            key, sep, value = option.partition("=")
+            if not sep or not key or not value or ":" in option or "|" in option:
+                raise ConfigError(f"dial_options: {option!r} is not key=value")
+        if len(set(self.compare)) != len(self.compare):
+            raise ConfigError(f"compare: a box is given more than once in {list(self.compare)}")
+        # Every count is bounded here, whichever protocol reads it (the protocol's own config checks
+        # only the fields it takes).
+        for name, high in (("rounds", MAX_ROUNDS), ("users", MAX_USERS), ("n_candidates", MAX_SLATE),
+                           ("k", MAX_SLATE), ("slate_size", MAX_SLATE), ("pool_size", MAX_ITEMS)):
+            check_range(name, getattr(self, name), low=1, high=high)
+        for k in self.agents:
+            check_range("agents", k, low=1, high=MAX_AGENTS)
+        if self.k > self.n_candidates:
+            raise ConfigError(f"k ({self.k}) must not exceed n_candidates ({self.n_candidates})")
+        self._check_methods()
+        # The protocol's own config validates the rest (targets, agents, tags, pool size, ...)
+        # and the dial boxes' options, all before any model loads.
+        protocol_config(self, self.all_methods[0], self.dial_box(grid[0]), self.seeds[0])
+        self.check_boxes()
+
+    def _check_methods(self) -> None:
+        methods = self.all_methods
+        if len(set(methods)) != len(methods):
+            raise ConfigError(f"methods: a method is given more than once in {list(methods)}")
+        for method in methods:
+            if "|" in method or not method.strip():
+                raise ConfigError(f"methods: {method!r} is empty or contains '|'")
+        if self.protocol == "ctrlbench":
+            from ctrlsim.agents.methods import get_method
+
+            for method in methods:
+                try:
+                    get_method(method)
+                except ConfigError as exc:
+                    raise ConfigError(f"methods: protocol ctrlbench does not take {method!r}: "
+                                      f"{exc}") from None
+            return
+        known = STEEREVAL_METHODS if self.protocol == "steereval" else PROMPTSHIFT_METHODS
+        wrong = [m for m in methods if m not in known]
+        if wrong:
+            raise ConfigError(f"methods: protocol {self.protocol} does not take "
+                              f"{', '.join(map(repr, wrong))}; "
+                              f"its methods are {', '.join(known)}")
+
+    def check_boxes(self) -> None:
+        """Every dial box spec parses and every compared box is one the protocol can run."""
+        from ctrlsim.recommenders.dial import check_dial_spec
+
+        for lam in self.grid:
+            check_dial_spec(self.dial_box(lam))
+        for box in self.compare:
+            if "|" in box or not box.strip():
+                raise ConfigError(f"compare: {box!r} is empty or contains '|'")
+            if self.protocol == "ctrlbench":
+                from ctrlsim.recommenders.registry import check_recommender_name
+
+                check_recommender_name(box)
+            elif self.protocol == "steereval" and box not in STEEREVAL_COMPARE:
+                from ctrlsim.recommenders.dial import is_dial
+
+                if not is_dial(box):
+                    raise ConfigError(f"compare: steereval compares its rankers {STEEREVAL_COMPARE} or a "
+                                      f"dial spec, not {box!r}")
+            elif self.protocol == "promptshift":
+                from ctrlsim.backends.spec_check import check_llm_spec
+                from ctrlsim.recommenders.dial import is_dial
+
+                if not is_dial(box):  # an LLM list generator: checked now, not in every unit
+                    check_llm_spec(box, name="compare")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def all_methods(self) -> tuple[str, ...]:
+        return self.methods or DEFAULT_METHODS[self.protocol]
+
+    @property
+    def grid(self) -> tuple[float, ...]:
+        return tuple(sorted(float(v) for v in self.dials))
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return METRICS[self.protocol]
+
+    def dial_box(self, lam: float) -> str:
+        from ctrlsim.recommenders.dial import format_lambda
+
+        return ":".join([f"{DIAL_KIND[self.protocol]}:{format_lambda(lam)}", *self.dial_options])
+
+    def boxes(self) -> list[str]:
+        return [*(self.dial_box(lam) for lam in self.grid), *self.compare]
+
+    def keys(self) -> list[str]:
+        return [unit_key(m, b, s) for b in self.boxes() for s in self.seeds for m in self.all_methods]
+
+
+def unit_key(method: str, box: str, seed: int) -> str:
+    return f"{method}|{box}|seed={seed}"
+
+
+def parse_unit_key(key: str) -> tuple[str, str, int]:
+    try:
+        method, box, seed = key.split("|")
+        return method, box, int(seed.removeprefix("seed="))
+    except ValueError:
+        raise ConfigError(f"not a calibrate unit key: {key!r} (expected method|box|seed=N)") from None
+
+
+# ----------------------------------------------------------------------------- protocol configs
+
+
+def ctrlbench_config(config: CalibrateConfig, method: str, box: str, seed: int):
+    from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig
+
+    return CtrlBenchConfig(methods=(method,), recommenders=(box,), targets=config.targets, llm=config.llm,
+                           agents=config.agents, rounds=config.rounds, seeds=(seed,),
+                           slate_size=config.slate_size, dataset=config.dataset, cache=config.cache,
+                           decision=config.decision, decision_threshold=config.decision_threshold)
+
+
+def steereval_config(config: CalibrateConfig, method: str, box: str, seed: int):
+    from ctrlsim.experiments.steereval.config import SteerEvalConfig
+
+    return SteerEvalConfig(llm=config.llm, dataset=config.dataset, tags=config.tags, users=config.users,
+                           pool_size=config.pool_size, seed=seed, conditions=("default",))
+
+
+def promptshift_config(config: CalibrateConfig, method: str, box: str, seed: int):
+    from ctrlsim.experiments.promptshift.config import PromptShiftConfig
+
+    llm = config.llm if is_dial(box) else box
+    return PromptShiftConfig(llms=(llm,), dataset=config.dataset, users=config.users, seed=seed,
+                             scenarios=config.scenarios, n_candidates=config.n_candidates, k=config.k)
+
+
+PROTOCOL_CONFIG: dict[str, Callable[..., Any]] = {
+    "ctrlbench": ctrlbench_config, "steereval": steereval_config, "promptshift": promptshift_config}
+
+
+def protocol_config(config: CalibrateConfig, method: str, box: str, seed: int):
+    """The protocol runner's own config for one unit (validated as that runner validates it)."""
+    return PROTOCOL_CONFIG[config.protocol](config, method, box, seed)

@@ -1,0 +1,363 @@
+"""`ctrlsim calibrate`'s tables and figure, from its unit records.
+
+Every statistic pairs observations by id (the same episode, scenario or user at each lambda):
+
+* each cell: mean over the observations with its 95% Student t interval (`mean_ci`);
+* Spearman's rho between lambda and the metric over every (lambda, observation) with a cluster
+  bootstrap interval (an observation's values at all lambdas resampled together);
+* a step from lambda a to b is *told apart* when the paired test of the observations' values
+  at b against a has p < 0.05 (two-sided; `step_test`), and the resolution is the smallest step
+  d such that every pair of grid points d apart is told apart;
+* a compared box's matched lambda is where the calibration curve (means made non-decreasing,
+  linear between grid points) reaches the box's mean; its interval is every lambda whose 95% band
+  overlaps the box's 95% interval. A method whose curve is not resolved gives no scale.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ctrlsim.experiments.tables import github_table
+from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, spearman_ci, step_test
+from ctrlsim.recommenders.dial import format_lambda
+
+ALPHA = 0.05
+EXACT = 1e-9
+METRIC_LABELS = {"coverage": "Coverage (%)", "exposure": "Exposure (% of the target surfaced)",
+                 "delta_auc": "signed Delta-AUC_t", "drift": "Drift (1 - RBO against L^0)",
+                 "slice_shift": "SliceShift"}
+
+
+def _label(metric: str) -> str:
+    return METRIC_LABELS.get(metric, metric)
+
+
+def _digits(metric: str) -> int:
+    """Decimals a metric's cells show: percentages 2, fractions and AUC differences 4."""
+    return 2 if metric in ("coverage", "exposure") else 4
+
+
+# ----------------------------------------------------------------------------- collecting
+
+def observations(records: Mapping[str, dict]) -> dict[tuple[str, str], dict[str, dict[str, float]]]:
+    """(method, box) -> metric -> observation id -> value, over every seed's unit."""
+    out: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for record in records.values():
+        for metric, values in record["values"].items():
+            out[(record["method"], record["box"])][metric].update(values)
+    return out
+
+
+def curve(config, obs, method: str, metric: str) -> dict[float, dict[str, float]]:
+    """lambda -> observation id -> value of one method on the dial grid (missing units left out)."""
+    return {lam: dict(obs[(method, config.dial_box(lam))][metric]) for lam in config.grid
+            if (method, config.dial_box(lam)) in obs}
+
+
+# ----------------------------------------------------------------------------- statistics
+
+@dataclass(frozen=True)
+class Step:
+    delta: float
+    told_apart: int
+    pairs: int
+    max_p: float
+
+
+@dataclass(frozen=True)
+class Resolution:
+    steps: tuple[Step, ...]
+
+    @property
+    def value(self) -> float | None:
+        """The smallest step every pair of grid points that far apart is told apart at (None: none)."""
+        for step in self.steps:
+            if step.pairs and step.told_apart == step.pairs:
+                return step.delta
+        return None
+
+
+def resolution(by_lambda: Mapping[float, Mapping[str, float]], alpha: float = ALPHA) -> Resolution:
+    grid = sorted(by_lambda)
+    deltas = sorted({round(b - a, 9) for i, a in enumerate(grid) for b in grid[i + 1:]})
+    steps = []
+    for delta in deltas:
+        told = pairs = 0
+        worst = 0.0
+        for i, a in enumerate(grid):
+            for b in grid[i + 1:]:
+                if round(b - a, 9) != delta:
+                    continue
+                common = sorted(set(by_lambda[a]) & set(by_lambda[b]))
+                test = step_test([by_lambda[b][o] for o in common], [by_lambda[a][o] for o in common])
+                pairs += 1
+                p = test.p if not np.isnan(test.p) else 1.0
+                told += int(p < alpha)
+                worst = max(worst, p)
+        steps.append(Step(delta, told, pairs, worst))
+    return Resolution(tuple(steps))
+
+
+def rho_of(by_lambda: Mapping[float, Mapping[str, float]]):
+    xs, ys, ids = [], [], []
+    for lam, values in by_lambda.items():
+        for obs_id, value in values.items():
+            xs.append(lam)
+            ys.append(value)
+            ids.append(obs_id)
+    return spearman_ci(xs, ys, ids)
+
+
+def match_lambda(grid: list[float], estimates: list[Estimate], box: Estimate) -> tuple[str, float | None]:
+    """("0.37 [0.25, 0.50]" or why not, the matched lambda) of a box on a method's calibration curve."""
+    means = np.array([e.value for e in estimates])
+    if box.n == 0 or np.isnan(box.value) or np.isnan(means).any() or len(grid) < 2:
+        return "-", None
+    lows = np.array([e.low if e.n > 1 and not np.isnan(e.low) else e.value for e in estimates])
+    highs = np.array([e.high if e.n > 1 and not np.isnan(e.high) else e.value for e in estimates])
+    if means[-1] <= means[0]:
+        return "no scale: the metric does not grow with lambda", None
+    # A calibration curve is monotone by construction; sampling noise is flattened, not inverted.
+    means, lows, highs = (np.maximum.accumulate(v) for v in (means, lows, highs))
+    fine = np.linspace(grid[0], grid[-1], 1001)
+    m, lo, hi = (np.interp(fine, grid, v) for v in (means, lows, highs))
+    b_lo = box.low if box.n > 1 and not np.isnan(box.low) else box.value
+    b_hi = box.high if box.n > 1 and not np.isnan(box.high) else box.value
+    inside = fine[(hi >= b_lo) & (lo <= b_hi)]
+    interval = f" [{inside.min():.2f}, {inside.max():.2f}]" if inside.size else " [no overlap]"
+    if box.value < m[0]:
+        return f"below lambda = {format_lambda(grid[0])}{interval}", None
+    if box.value > m[-1]:
+        return f"above lambda = {format_lambda(grid[-1])}{interval}", None
+    lam = float(fine[np.argmax(m >= box.value)])
+    return f"{lam:.2f}{interval}", lam
+
+
+# ----------------------------------------------------------------------------- known answers
+
+def known_answer(config, method: str, metric: str, records_at_zero: list[dict], observed: dict[str, float]):
+    """(what the metric must be at lambda = 0, observed summary, holds) or None when nothing is known."""
+    if not observed:
+        return None
+    values = np.array(list(observed.values()))
+    if config.protocol == "steereval" or (config.protocol == "promptshift" and method == "b0"):
+        error = float(np.abs(values).max())
+        return "0 exactly", f"mean {values.mean():+.4f}, max abs {error:.2g}", error <= EXACT
+    if config.protocol != "ctrlbench":
+        return None
+    known: dict[str, float] = {}
+    for record in records_at_zero:
+        known.update(record.get("known", {}).get("exposure", {}))
+    common = [o for o in observed if o in known]
+    if not common:
+        return None
+    gap = np.array([observed[o] - known[o] for o in common])
+    fixed = f"the fixed ranking's exposure, mean {np.mean([known[o] for o in common]):.2f}"
+    if metric == "exposure" or method == "oracle":
+        return "= " + fixed, f"max abs error {np.abs(gap).max():.2g}", bool(np.abs(gap).max() <= EXACT)
+    return "<= " + fixed, f"largest excess {gap.max():+.2f}", bool(gap.max() <= EXACT)
+
+
+# ----------------------------------------------------------------------------- tables
+
+def _estimate(values: Mapping[str, float]) -> Estimate:
+    return mean_ci(list(values.values()))
+
+
+def _name(names: Mapping[str, str] | None, method: str) -> str:
+    """The method as a table row names it: marked where it failed its validity card."""
+    return (names or {}).get(method, method)
+
+
+def _cell(est: Estimate, digits: int) -> str:
+    return format_estimate(est, digits=digits)
+
+
+def metric_table(config, obs, metric: str, names: Mapping[str, str] | None = None) -> str:
+    rows = []
+    for method in config.all_methods:
+        by_lambda = curve(config, obs, method, metric)
+        cells = [_cell(_estimate(by_lambda[lam]), _digits(metric)) if lam in by_lambda else "-"
+                 for lam in config.grid]
+        corr = rho_of(by_lambda)
+        rho = "-" if np.isnan(corr.rho) else f"{corr.rho:+.2f}" if np.isnan(corr.low) else \
+            f"{corr.rho:+.2f} [{corr.low:+.2f}, {corr.high:+.2f}]"
+        n = sorted({len(v) for v in by_lambda.values()})
+        rows.append([_name(names, method), *cells, rho, "/".join(map(str, n)) or "0"])
+    header = ["Method", *(f"lambda = {format_lambda(lam)}" for lam in config.grid), "Spearman rho [95% CI]",
+              "obs. per lambda"]
+    return github_table(rows, header)
+
+
+def known_table(config, records: Mapping[str, dict], obs, names: Mapping[str, str] | None = None) -> str:
+    rows = []
+    zero = config.grid[0]
+    for method in config.all_methods:
+        at_zero = [r for r in records.values() if r["method"] == method and r["box"] == config.dial_box(zero)]
+        for metric in config.metrics:
+            observed = curve(config, obs, method, metric).get(zero, {})
+            answer = known_answer(config, method, metric, at_zero, observed) if zero == 0.0 else None
+            if answer is None:
+                cell = _cell(_estimate(observed), 4) if observed else "-"
+                rows.append([_name(names, method), _label(metric), "none known", cell, "-"])
+            else:
+                rows.append([_name(names, method), _label(metric), answer[0], answer[1],
+                             "yes" if answer[2] else "NO"])
+    return github_table(rows, ["Method", "Metric", "Known answer at lambda = 0", "Observed", "Holds"])
+
+
+def resolution_table(config, obs, names: Mapping[str, str] | None = None) -> str:
+    header = ["Method", "Metric", "Resolution"]
+    rows = []
+    deltas: list[float] = []
+    results = {}
+    for method in config.all_methods:
+        for metric in config.metrics:
+            res = resolution(curve(config, obs, method, metric))
+            results[(method, metric)] = res
+            deltas = sorted(set(deltas) | {s.delta for s in res.steps})
+    header += [f"step {format_lambda(d)}: told apart (max p)" for d in deltas]
+    for (method, metric), res in results.items():
+        by_delta = {s.delta: s for s in res.steps}
+        value = res.value
+        cells = [f"{by_delta[d].told_apart}/{by_delta[d].pairs} ({by_delta[d].max_p:.2g})" if d in by_delta
+                 else "-" for d in deltas]
+        shown = "not resolved" if value is None else format_lambda(value)
+        rows.append([_name(names, method), _label(metric), shown, *cells])
+    return github_table(rows, header)
+
+
+def compare_table(config, obs, names: Mapping[str, str] | None = None) -> str:
+    metric = config.metrics[0]
+    rows = []
+    for box in config.compare:
+        for method in config.all_methods:
+            if (method, box) not in obs:
+                continue
+            box_est = _estimate(obs[(method, box)][metric])
+            by_lambda = curve(config, obs, method, metric)
+            grid = [lam for lam in config.grid if lam in by_lambda]
+            if resolution(by_lambda).value is None:  # a flat or unresolved curve is no scale
+                text = "no scale: the method does not resolve the dial"
+            else:
+                text, _ = match_lambda(grid, [_estimate(by_lambda[lam]) for lam in grid], box_est)
+            rows.append([box, _name(names, method), _cell(box_est, _digits(metric)), text])
+    return github_table(rows, ["Box", "Method", _label(metric), "Responds like lambda [95% interval]"])
+
+
+def cost_table(config, records: Mapping[str, dict], names: Mapping[str, str] | None = None) -> str:
+    sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for record in records.values():
+        family = "dial" if record["lambda"] is not None else record["box"]
+        cell = sums[(record["method"], family)]
+        cell["units"] += 1
+        cell["seconds"] += float(record["timing"]["seconds"])
+        for key, value in record["details"].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                cell[key] += value
+            elif isinstance(value, dict):
+                for sub, v in value.items():
+                    cell[f"{key}_{sub}"] += v
+    keys = sorted({k for cell in sums.values() for k in cell} - {"units", "seconds"})
+    rows = [[_name(names, method), family, f"{int(cell['units'])}", f"{cell['seconds']:.1f}",
+             *(_cost_cell(cell, k) for k in keys)] for (method, family), cell in sorted(sums.items())]
+    return github_table(rows, ["Method", "Boxes", "Units", "Seconds", *keys])
+
+
+def _cost_cell(cell: Mapping[str, float], key: str) -> str:
+    """A cost figure; token sums with calls whose server sent no counts are lower bounds, shown so."""
+    from ctrlsim.backends.meter import unknown_tokens
+
+    unknown = int(cell.get("tokens_unknown_calls", 0) + cell.get("unknown_calls", 0))
+    if unknown and "tokens" in key and not key.endswith("unknown_calls"):
+        return unknown_tokens(unknown, known=cell.get(key, 0))
+    return f"{cell.get(key, 0):g}"
+
+
+def render_tables(config, records: Mapping[str, dict]) -> str:
+    obs = observations(records)
+    n, total = len(records), len(config.keys())
+    options = ", ".join(config.dial_options) or "defaults"
+    parts = [f"# Calibration of {config.protocol}: {n}/{total} units",
+             f"dataset {config.dataset}; methods {', '.join(config.all_methods)}; dial boxes "
+             f"{config.dial_box(0).split(':')[0]}:<lambda> ({options}); lambda grid "
+             f"{', '.join(map(format_lambda, config.grid))}; seeds {', '.join(map(str, config.seeds))}.",
+             "Each cell: mean ± half-width of the 95% confidence interval over the observations "
+             "(ctrlbench: episodes; steereval: scenarios; promptshift: users x scenarios). Steps are paired "
+             f"tests over the same observations, told apart at p < {ALPHA}."]
+    episodes = [e for r in records.values() for e in r.get("episodes_validity", [])]
+    from ctrlsim.experiments import validity_card as VC
+
+    found = VC.cards(episodes) if episodes else {}
+    names = {m: f"{m} {VC.FAIL_MARK}" for m, c in found.items() if c.has_check and not c.passes}
+    for metric in config.metrics:
+        parts += ["", f"## {_label(metric)} against lambda", "", metric_table(config, obs, metric, names)]
+    parts += ["", "## Known answers at lambda = 0", "", known_table(config, records, obs, names),
+              "", "## Resolution: the smallest lambda step told apart", "",
+              resolution_table(config, obs, names)]
+    if config.compare:
+        parts += ["", "## Real boxes on the dial's scale", "", compare_table(config, obs, names)]
+    parts += ["", "## Cost and fallbacks", "", cost_table(config, records, names)]
+    if found:
+        parts += ["", "## Probe validity (does each method act on its goal and play its user?)", "",
+                  VC.validity_table(found)]
+        if names:
+            parts += ["", VC.FAIL_NOTE]
+    return "\n".join(parts) + "\n"
+
+
+# ----------------------------------------------------------------------------- figure
+
+def calibration_figure(config, records: Mapping[str, dict]):
+    """One panel per metric: the metric against lambda, a line and 95% band per method; compared
+    boxes as dotted horizontal lines."""
+    from matplotlib.figure import Figure
+
+    obs = observations(records)
+    metrics = config.metrics
+    fig = Figure(figsize=(4.6 * len(metrics), 3.6))
+    for n, metric in enumerate(metrics):
+        ax = fig.add_subplot(1, len(metrics), n + 1)
+        for method in config.all_methods:
+            by_lambda = curve(config, obs, method, metric)
+            grid = [lam for lam in config.grid if lam in by_lambda and by_lambda[lam]]
+            if not grid:
+                continue
+            ests = [_estimate(by_lambda[lam]) for lam in grid]
+            mean = np.array([e.value for e in ests])
+            low = np.array([e.low if e.n > 1 else e.value for e in ests])
+            high = np.array([e.high if e.n > 1 else e.value for e in ests])
+            (line,) = ax.plot(grid, mean, marker="o", markersize=4, label=method)
+            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+            for box, style in zip(config.compare, [":", "--", "-.", (0, (1, 3)), (0, (5, 1))] * 4):
+                if (method, box) in obs:
+                    value = _estimate(obs[(method, box)][metric]).value
+                    ax.axhline(value, color=line.get_color(), linestyle=style, linewidth=1,
+                               label=f"{box} ({method})")
+        ax.set_xlabel("lambda (dial box)")
+        ax.set_ylabel(_label(metric))
+        ax.grid(alpha=0.3)
+        if n == 0:
+            ax.legend(fontsize=6, ncol=2 if config.compare else 1)
+    fig.suptitle(f"Calibration of {config.protocol} ({config.dataset}; mean and 95% CI)")
+    fig.tight_layout()
+    return fig
+
+
+def save_figures(folder, config, records: Mapping[str, dict]) -> list:
+    if not records:
+        return []
+    return [folder.save_figure(calibration_figure(config, records), "calibration")]
+
+
+# ----------------------------------------------------------------------------- driver hooks
+
+def report(ctx, records) -> str:
+    return render_tables(ctx.config, dict(records))
+
+
+def figures(ctx, records) -> None:
+    save_figures(ctx.folder, ctx.config, dict(records))

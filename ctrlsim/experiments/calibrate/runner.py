@@ -1,0 +1,15 @@
+"""The `calibrate` runner: a protocol's probes on boxes of known controllability (see `config`)."""
+from __future__ import annotations
+
+from ctrlsim.experiments.calibrate import config, report, units
+from ctrlsim.experiments.config import config_to_dict
+from ctrlsim.experiments.runner import Runner, payload_with_progress
+
+RUNNER = Runner(name="calibrate", config_cls=config.CalibrateConfig, description=config.__doc__,
+                unit_fn=units.calibrate_unit, payload=payload_with_progress, plan=units.plan,
+                report=report.report, figures=report.figures, check=units.check,
+                identity=lambda ctx: config_to_dict(ctx.config),
+                extensible=("methods", "dials", "seeds", "compare"), llm_fields=("llm",),
+                default_out=config.DEFAULT_OUT, unit_name="units",
+                record_fields=("method", "box", "seed", "values"))
+

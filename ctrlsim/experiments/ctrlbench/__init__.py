@@ -1,0 +1,1 @@
+"""The `ctrlbench` protocol: config, units, report and the runner declaration."""

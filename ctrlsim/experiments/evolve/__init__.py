@@ -1,0 +1,1 @@
+"""The `evolve` protocol: config, units, report and the runner declaration."""

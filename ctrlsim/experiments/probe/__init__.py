@@ -1,0 +1,1 @@
+"""The `probe` protocol: config, units, report and the runner declaration."""

@@ -1,0 +1,130 @@
+"""`ctrlsim probe`'s two units: the population episode and the controllability ceiling."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable
+
+from tqdm import tqdm
+
+from ctrlsim.envs import PopulationEnv, ProbeSpec
+from ctrlsim.errors import PROBE_FAILURES, ConfigError
+from ctrlsim.experiments.probe.config import UNITS, ProbeRunConfig
+from ctrlsim.experiments.runner import ProgressPayload
+
+# ----------------------------------------------------------------------------- the episode
+
+def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, checkpoints: tuple[int, ...],
+                   show_progress: bool = True, roster: list[ProbeSpec] | None = None) -> dict[int, dict]:
+    """Run one episode; `policy_for(agent, rng)` builds each agent's policy. Returns metrics per checkpoint.
+
+    A policy that raises is reported to the env with `env.drop(agent, reason)`: that probe
+    ends, the others go on.
+    """
+    obs, infos = env.reset(seed=seed, options={"roster": roster} if roster is not None else None)
+    policies = {a: policy_for(a, env.agent_rngs[a]) for a in env.agents}
+    results: dict[int, dict] = {}
+    bar = tqdm(range(1, env.engine.budget + 1), desc="rounds", disable=not show_progress)
+    for t in bar:
+        if not env.agents:
+            break
+        actions = {}
+        for agent in env.agents:
+            try:
+                actions[agent] = policies[agent].act(obs[agent], infos[agent])
+            except PROBE_FAILURES as exc:  # the probe's own failure drops it; anything else fails the unit
+                env.drop(agent, f"{type(exc).__name__}: {exc}")
+        obs, _, _, _, infos = env.step(actions)
+        if t in checkpoints:
+            results[t] = env.population_metrics()
+            bar.set_postfix({k: f"{v:.3g}" for k, v in results[t].items() if k in ("coverage", "efficiency")})
+    return results
+
+
+def _black_box(config: ProbeRunConfig):
+    """The run's black box, built once per process (the episode and the ceiling share it)."""
+    from ctrlsim.data import load_dataset
+    from ctrlsim.experiments.executor import worker_cache
+    from ctrlsim.recommenders import make_recommender
+
+    options = json.dumps(config.recommender_options, sort_keys=True)
+    name = f"probe-run:{config.recommender}:{config.dataset}:{options}"
+    return worker_cache(name, lambda: make_recommender(config.recommender, load_dataset(config.dataset),
+                                                       mask_shown=True, **config.recommender_options))
+
+
+def _env(config: ProbeRunConfig) -> PopulationEnv:
+    return PopulationEnv(_black_box(config), n_agents=config.agents, task=config.task, target=config.target,
+                         slate_size=config.resolved_slate_size, budget=config.rounds)
+
+
+def spec_to_dict(spec: ProbeSpec) -> dict:
+    return {"name": spec.name, "history": list(spec.history), "profile": spec.profile,
+            "attributes": dict(spec.attributes)}
+
+
+def run_unit(config: ProbeRunConfig, key: str, *, show_progress: bool = False) -> dict:
+    """One unit of work: "episode" or "ceiling" (both pure functions of the config)."""
+    from ctrlsim.agents import RandomProbe
+
+    started = time.time()
+    env = _env(config)
+    if key == "episode":
+        metrics = run_population(env, lambda agent, rng: RandomProbe(rng, config.like_prob), seed=config.seed,
+                                 checkpoints=config.resolved_checkpoints, show_progress=show_progress)
+        records = [p.record for p in env.probes.values()]
+        return {"recommender": env.recommender.identity, "task": env.task.config,
+                "metrics": {str(t): m for t, m in metrics.items()}, "failures": dict(env.failures),
+                "tokens": int(sum(r.tokens for r in records)),
+                "likes": int(sum(len(r.likes) for r in records)),
+                "roster": [spec_to_dict(p.spec) for p in env.probes.values()],
+                "seconds": round(time.time() - started, 2)}
+    if key == "ceiling":
+        from ctrlsim.envs.ceiling import controllability_ceiling
+
+        target = getattr(env.task, "target", None)
+        if not target:
+            return {"skipped": f"task {config.task!r} has no target set"}
+        env.reset(seed=config.seed)  # the same roster the episode played
+        roster = [p.spec for p in env.probes.values()]
+        bar = tqdm(desc="ceiling (states)", disable=not show_progress, unit="state")
+        ceiling = controllability_ceiling(env.recommender, roster, target,
+                                          slate_size=config.resolved_slate_size, budget=config.rounds,
+                                          max_states_per_probe=config.ceiling_states,
+                                          progress=lambda total: bar.update(total - bar.n))
+        bar.close()
+        return {"coverage": ceiling.coverage_ceiling,
+                "at": {str(t): ceiling.ceiling_at(t) for t in config.resolved_checkpoints},
+                "states_expanded": ceiling.states_expanded, "exhaustive": ceiling.exhaustive,
+                "max_states_per_probe": ceiling.max_states_per_probe,
+                "bound": "exact" if ceiling.exhaustive else "lower bound (beam search)",
+                "seconds": round(time.time() - started, 2)}
+    raise ConfigError(f"unknown probe-run unit {key!r}; units: {', '.join(UNITS)}")
+
+
+
+def preflight(config: ProbeRunConfig) -> None:
+    """What can be checked from the dataset alone, before the black box loads or trains."""
+    from ctrlsim.data import load_dataset
+    from ctrlsim.envs.roster import user_order
+
+    ds = load_dataset(config.dataset)
+    size = len(ds.items_with_tag(config.target))  # an unknown tag raises DataError naming it
+    if config.task == "target-discovery" and size == 0:
+        raise ConfigError(f"target {config.target!r} has no items in {ds.name}; choose another tag")
+    users = len(user_order(ds))
+    if config.agents > users:
+        raise ConfigError(f"agents: {config.agents} probes need as many users; {ds.name} has {users}")
+
+
+def check(ctx) -> None:
+    preflight(ctx.config)
+
+
+def plan(ctx, finished) -> list[str]:
+    return list(UNITS)
+
+
+def probe_unit(unit: ProgressPayload, key: str) -> dict:
+    """The executor's unit: `run_unit` with progress bars when it runs in the driver's process."""
+    return run_unit(unit.config, key, show_progress=unit.show_progress)

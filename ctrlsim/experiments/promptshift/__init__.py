@@ -1,0 +1,1 @@
+"""The `promptshift` protocol: config, units, report and the runner declaration."""

@@ -1,0 +1,1 @@
+"""The `steereval` protocol: config, units, report and the runner declaration."""

@@ -1,0 +1,1 @@
+"""The `train_probe` protocol: config, units, report and the runner declaration."""

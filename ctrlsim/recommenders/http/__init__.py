@@ -1,0 +1,2 @@
+"""Black boxes over HTTP: the client box, the contract, the exchange log, options, transport,
+and `ctrlsim serve`."""

@@ -1,0 +1,429 @@
+"""A recommender behind an HTTP API as a black box: `make_recommender("http://host:port/path", ds)`.
+
+The contract is `ctrlsim.recommenders.http.contract` (docs/http-recommenders.md). Options go in
+the URL's fragment, which is never sent (`http://host:8000#mode=stateful&batch_size=32`), or as
+keyword options:
+
+    mode          stateless (default: every request carries the whole user state) or stateful (each
+                  probe is an account on the service, likes are sent as feedback events)
+    batch_size    states or accounts per request (64)
+    concurrency   requests in flight at once (4)
+    rate          requests per second at most (none)
+    timeout       seconds for a whole request, connect to last byte (30)
+    retries       attempts after a connection error, timeout or 5xx (5); 429s are waited out,
+                  honouring Retry-After, for up to `throttle_wait` seconds in all (600)
+    token_env     the environment variable holding a bearer token (CTRLSIM_RECOMMENDER_TOKEN); the
+                  token is sent as `Authorization: Bearer ...` and never stored or printed
+    on_invalid    error (default) or skip: an unknown, duplicate, excluded or extra item in a
+                  response is a `RecommenderResponseError` naming the field and the request, or is
+                  dropped and counted (`stats`)
+    verify        TLS certificate verification (true)
+
+Every exchange (request, response, status, time; no headers) is appended to the exchange log,
+`$CTRLSIM_EXCHANGES` (the driver sets it to `<out>/exchanges.jsonl` during a run) or the `exchanges`
+option. A request whose logical content was seen before with another answer is counted in
+`stats["changed"]` and warned about (`ExchangeChangedWarning`): the service answered the same user
+state differently. With `$CTRLSIM_REPLAY` (`--replay RUN`, or the `replay` option) pointing at a
+recorded log, no request leaves the machine: each answer comes from the log, and a request the log
+does not hold is a `ReplayMissError`.
+
+Stateful accounts: a probe's account continues while its state only grows (its history extends the
+one sent, everything the service showed it is still in `shown`); otherwise (a new episode) a fresh
+account is created. Items the probe was shown elsewhere (search results) are sent as "shown" events.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ctrlsim.data import Dataset
+from ctrlsim.errors import ConfigError
+from ctrlsim.recommenders.base import Candidates, Recommender, Slate, UserState
+from ctrlsim.recommenders.http.contract import EXCHANGES_ENV, REPLAY_ENV
+from ctrlsim.recommenders.http.exchanges import (
+    MISSING,
+    ExchangeChangedWarning,
+    ExchangeLog,
+    ReplayMissError,
+    exchange_key,
+    log_for,
+    read_exchanges,
+)
+from ctrlsim.recommenders.http.options import DEFAULTS, checked_options, is_http, parse_http_spec
+from ctrlsim.recommenders.http.transport import RecommenderResponseError, Transport
+from ctrlsim.redact import redact_secrets as _shown
+
+__all__ = ["DEFAULTS", "ExchangeChangedWarning", "ExchangeLog", "HttpRecommender", "RecommenderResponseError",
+           "ReplayMissError", "is_http", "parse_http_spec", "read_exchanges"]
+
+
+# ----------------------------------------------------------------------------- the black box
+
+
+@dataclass
+class _Account:
+    account: str
+    history: list[str]
+    profile: str | None
+    attributes: dict
+    served: list[str] = field(default_factory=list)  # what the service showed, in order
+    shown_sent: set[str] = field(default_factory=set)  # items sent as "shown" events
+
+
+class HttpRecommender(Recommender):
+    """A remote recommender (see the module docstring)."""
+
+    name = "http"
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        url: str,
+        exclude_history: bool = True,
+        mask_shown: bool = False,
+        **options: Any,
+    ):
+        super().__init__(dataset, exclude_history=exclude_history, mask_shown=mask_shown)
+        base, from_fragment = parse_http_spec(url)
+        self.base = base
+        self.options = checked_options({**from_fragment, **options})
+        self.transport = Transport(base, self.options)
+        self.stats: dict[str, float] = {"skipped_items": 0, "short_lists": 0, "changed": 0}
+        self._accounts: dict[str, _Account] = {}
+        self._nonce = uuid.uuid4().hex[:8]  # live account ids of this client never collide with another's
+        self._account_counter = 0
+        self._lock = threading.Lock()
+
+    @property
+    def identity(self) -> dict:
+        return {
+            "recommender": "http",
+            "url": _shown(self.base),
+            "mode": self.options["mode"],
+            "dataset": self.dataset.name,
+        }
+
+    # ------------------------------------------------------------------ exchanges
+    def _log(self) -> ExchangeLog | None:
+        path = self.options["exchanges"] or os.environ.get(EXCHANGES_ENV)
+        return log_for(path) if path else None
+
+    def _replay(self) -> ExchangeLog | None:
+        path = self.options["replay"] or os.environ.get(REPLAY_ENV)
+        return log_for(path) if path else None
+
+    def _exchange(self, endpoint: str, body: Any, logical: Any, *, answers: bool = True) -> Any:
+        """One POST, recorded in the exchange log. `answers`: the response is a recommendation (looked
+        up when replaying, compared with earlier answers); otherwise an acknowledgement (accounts,
+        feedback), which a replay does not send at all."""
+        key = exchange_key(self.base, endpoint, logical)
+        replay = self._replay()
+        if replay is not None:
+            answer = replay.answer(key) if answers else None
+            if answer is MISSING:
+                raise ReplayMissError(
+                    f"replaying {replay.path}: the recorded run never sent this {endpoint} "
+                    f"request (key {key[:12]}); the replayed run differs from the recorded one"
+                )
+            status, seconds = 200, 0.0
+        else:
+            status, answer, seconds = self.transport.call("POST", endpoint, body)
+        log = self._log()
+        entry = {
+            "time": time.time(),
+            "url": _shown(self.base),
+            "endpoint": endpoint,
+            "key": key if answers else None,
+            "logical": logical,
+            "request": body,
+            "status": status,
+            "seconds": round(seconds, 4),
+            "response": answer,
+            "replayed": replay is not None,
+        }
+        if log is not None and log.append(entry):
+            with self._lock:
+                self.stats["changed"] += 1
+            warnings.warn(
+                ExchangeChangedWarning(
+                    f"{_shown(self.base)}{endpoint} answered a request it answered before (key {key[:12]}) "
+                    f"differently; both answers are in {log.path}"
+                ),
+                stacklevel=3,
+            )
+        return answer
+
+    # ------------------------------------------------------------------ recommend
+    def recommend(self, states: Sequence[UserState], k: int, candidates: Candidates = None) -> list[Slate]:
+        states = self._check_states(states)
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ConfigError(f"k must be a positive integer, got {k!r}")
+        if k > len(self.dataset.items):
+            raise ConfigError(f"k={k} is larger than the catalogue ({len(self.dataset.items)} items)")
+        for state in states:
+            self.dataset.check_items(state.history)
+            self.dataset.check_items(state.shown)
+        pools = self._pools(states, candidates)
+        pool_ids = None if pools is None else [[str(i) for i in self.dataset.item_ids[p]] for p in pools]
+        if self.options["mode"] == "stateful":
+            if pool_ids is not None:
+                raise ConfigError(
+                    "a stateful HTTP box ranks the whole catalogue; candidate pools need mode=stateless"
+                )
+            return self._recommend_stateful(states, int(k))
+        return self._recommend_stateless(states, int(k), pool_ids)
+
+    def _state_body(self, state: UserState, pool: list[str] | None) -> dict:
+        body: dict[str, Any] = {
+            "history": list(state.history),
+            "profile": state.profile,
+            "attributes": _plain_attributes(state.attributes),
+            "shown": list(state.shown),
+        }
+        if pool is not None:
+            body["candidates"] = pool
+        return body
+
+    def _recommend_stateless(
+        self, states: list[UserState], k: int, pools: list[list[str]] | None
+    ) -> list[Slate]:
+        bodies = [self._state_body(s, None if pools is None else pools[n]) for n, s in enumerate(states)]
+        size = self.options["batch_size"]
+        batches = [
+            list(range(start, min(start + size, len(states)))) for start in range(0, len(states), size)
+        ]
+
+        def one(batch: list[int]) -> list[Slate]:
+            body = {
+                "states": [bodies[i] for i in batch],
+                "k": k,
+                "exclude_history": self.exclude_history,
+                "mask_shown": self.mask_shown,
+            }
+            answer = self._exchange("/recommend", body, body)
+            return self._slates(
+                answer,
+                [states[i] for i in batch],
+                k,
+                "/recommend",
+                [None if pools is None else pools[i] for i in batch],
+                [set(states[i].shown) for i in batch],
+            )
+
+        return [slate for part in self.transport.map(one, batches) for slate in part]
+
+    def _recommend_stateful(self, states: list[UserState], k: int) -> list[Slate]:
+        creations, events, accounts = [], [], []
+        with self._lock:
+            for state in states:
+                key = (
+                    state.user_id
+                    or "anonymous-" + hashlib.sha1("\x1f".join(state.history).encode()).hexdigest()[:10]
+                )
+                previous = self._accounts.get(key)
+                continues = (
+                    previous is not None
+                    and list(state.history[: len(previous.history)]) == previous.history
+                    and set(previous.served) <= set(state.shown)
+                    and previous.profile == state.profile
+                    and previous.attributes == _plain_attributes(state.attributes)
+                )
+                if previous is not None and continues:
+                    known = previous
+                    for item in state.history[len(known.history) :]:
+                        events.append({"account": known.account, "item": item, "type": "like"})
+                    known.history = list(state.history)
+                    served = set(known.served)  # once, not once per shown item
+                    extra_shown = [i for i in state.shown if i not in served]
+                else:  # a new episode (or a first one): a fresh account with the starting state
+                    self._account_counter += 1
+                    known = _Account(
+                        f"{self.options['account_prefix']}-{self._nonce}-{self._account_counter}",
+                        list(state.history),
+                        state.profile,
+                        _plain_attributes(state.attributes),
+                    )
+                    self._accounts[key] = known
+                    creations.append(
+                        {
+                            "account": known.account,
+                            "history": list(state.history),
+                            "profile": state.profile,
+                            "attributes": known.attributes,
+                            "exclude_history": self.exclude_history,
+                            "mask_shown": self.mask_shown,
+                        }
+                    )
+                    extra_shown = list(state.shown)
+                for item in extra_shown:
+                    if item not in known.shown_sent:
+                        events.append({"account": known.account, "item": item, "type": "shown"})
+                        known.shown_sent.add(item)
+                accounts.append(known)
+        logical_state = [self._logical(a) for a in accounts]
+        size = self.options["batch_size"]
+        if creations:
+            self.transport.map(
+                lambda part: self._exchange(
+                    "/accounts",
+                    {"accounts": part},
+                    {"accounts": [_without_id(c) for c in part]},
+                    answers=False,
+                ),
+                _chunks(creations, size),
+            )
+        if events:
+            self.transport.map(
+                lambda part: self._exchange(
+                    "/feedback",
+                    {"events": part},
+                    {"events": [self._logical_event(e) for e in part]},
+                    answers=False,
+                ),
+                _chunks(events, size),
+            )
+        batches = _chunks(list(range(len(accounts))), size)
+
+        def one(batch: list[int]) -> list[Slate]:
+            body = {"accounts": [accounts[i].account for i in batch], "k": k}
+            logical = {"accounts": [logical_state[i] for i in batch], "k": k}
+            answer = self._exchange("/accounts/recommend", body, logical)
+            shown = [set(accounts[i].served) | accounts[i].shown_sent for i in batch]
+            return self._slates(
+                answer, [states[i] for i in batch], k, "/accounts/recommend", [None] * len(batch), shown
+            )
+
+        slates = [slate for part in self.transport.map(one, batches) for slate in part]
+        with self._lock:
+            for account, slate in zip(accounts, slates):
+                account.served.extend(i for i in slate.item_ids if i not in account.served)
+        return slates
+
+    def _logical(self, account: _Account) -> dict:
+        """An account's state as the client knows it: the exchange key (live ids differ per client)."""
+        return {
+            "history": account.history,
+            "profile": account.profile,
+            "attributes": account.attributes,
+            "served": account.served,
+            "shown": sorted(account.shown_sent),
+        }
+
+    def _logical_event(self, event: dict) -> dict:
+        account = next(a for a in self._accounts.values() if a.account == event["account"])
+        return {"item": event["item"], "type": event["type"], "history": account.history[:]}
+
+    # ------------------------------------------------------------------ checks
+    def _slates(
+        self,
+        answer: Any,
+        states: list[UserState],
+        k: int,
+        endpoint: str,
+        pools: list[list[str] | None],
+        shown: list[set[str]],
+    ) -> list[Slate]:
+        from pydantic import ValidationError
+
+        from ctrlsim.recommenders.http.contract import RecommendResponse
+
+        where = f"{_shown(self.base)}{endpoint}"
+        try:
+            parsed = RecommendResponse.model_validate(answer)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field_name = ".".join(str(p) for p in first["loc"])
+            raise RecommenderResponseError(
+                f"{where}: the response breaks the contract at '{field_name}': {first['msg']}"
+            ) from None
+        if len(parsed.lists) != len(states):
+            raise RecommenderResponseError(f"{where}: {len(parsed.lists)} lists for {len(states)} requested")
+        known = self.dataset.item_index
+        slates = []
+        for n, (ranked, state, pool, seen) in enumerate(zip(parsed.lists, states, pools, shown)):
+            banned = (set(state.history) if self.exclude_history else set()) | (
+                seen if self.mask_shown else set()
+            )
+            allowed = set(pool) if pool is not None else None
+            items: list[str] = []
+            scores: list[float] = []
+            problems: list[str] = []
+            if ranked.scores is not None and len(ranked.scores) != len(ranked.items):
+                raise RecommenderResponseError(
+                    f"{where}: lists[{n}].scores has {len(ranked.scores)} values for "
+                    f"{len(ranked.items)} items"
+                )
+            for pos, item in enumerate(ranked.items):
+                problem = None
+                if item not in known:
+                    problem = f"unknown item id {item!r}"
+                elif item in items:
+                    problem = f"duplicate item {item!r}"
+                elif item in banned:
+                    where_from = "history" if item in state.history else "shown items"
+                    problem = f"item {item!r} is in the user's {where_from}"
+                elif allowed is not None and item not in allowed:
+                    problem = f"item {item!r} is not in the candidate pool"
+                elif len(items) >= k:
+                    problem = f"more than k={k} items"
+                if problem:
+                    problems.append(f"lists[{n}].items[{pos}]: {problem}")
+                    continue
+                items.append(item)
+                scores.append(ranked.scores[pos] if ranked.scores is not None else float(k - len(items) + 1))
+            # Banned items are catalogue ids (histories and shown items are checked on the way in), so
+            # the whole catalogue's count needs no set of every id.
+            eligible = len(allowed - banned) if allowed is not None else len(known) - len(banned)
+            if len(items) < min(k, eligible):
+                problems.append(
+                    f"lists[{n}].items: {len(items)} valid items, fewer than k={k} "
+                    f"(and {eligible} items were eligible)"
+                )
+            if problems:
+                if self.options["on_invalid"] == "error":
+                    raise RecommenderResponseError(
+                        f"{where}: {'; '.join(problems[:5])}"
+                        + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+                    )
+                with self._lock:
+                    self.stats["skipped_items"] += sum("fewer than" not in p for p in problems)
+                    self.stats["short_lists"] += any("fewer than" in p for p in problems)
+            values = np.asarray(scores, dtype=np.float64)
+            if not np.all(np.isfinite(values)):
+                raise RecommenderResponseError(f"{where}: lists[{n}].scores holds a value that is not finite")
+            slates.append(Slate(items, values))
+        return slates
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+def _plain_attributes(attributes: Mapping[str, object]) -> dict:
+    return {
+        str(k): (v if isinstance(v, (str, int, float, bool)) or v is None else str(v))
+        for k, v in dict(attributes).items()
+    }
+
+
+def _without_id(creation: dict) -> dict:
+    return {k: v for k, v in creation.items() if k != "account"}
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]

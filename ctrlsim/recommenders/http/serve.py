@@ -1,0 +1,381 @@
+"""`make_app(recommender, dataset=...)`: any ctrlsim black box served over the HTTP contract.
+
+`ctrlsim serve BOX` runs this app with uvicorn; tests run it in-process. The routes' request and
+response models are those of `ctrlsim.recommenders.http.contract`, so the app's `/openapi.json` is
+the contract's published document (docs/http-recommenders.md).
+
+Choices a client can rely on:
+
+* Scores: a list's `scores` are the box's own scores as JSON numbers. JSON has no infinity or NaN,
+  so a list holding any non-finite score (a box may rank an item at +inf) is sent with
+  `scores: null`; its `items` still carry the ranking. No number is ever made up.
+* Errors are `Problem` bodies: an unknown item id is 404 naming the id and the field
+  (`states[0].history`), an unknown account 404 naming it; a request the schema rejects or one
+  that cannot be served as asked (k larger than the catalogue, an empty candidate pool, an account
+  named twice) 422; any other `CtrlsimError` of the box 400 (as is a body that is not UTF-8,
+  FastAPI's own answer), except a `ModelError` (the box's model or backend failed: not the
+  caller's fault, a retry may succeed) 500, like any unexpected error.
+* Concurrency: uvicorn runs the (synchronous) routes in a thread pool. The box is called under
+  one lock, since each call sets the request's `exclude_history` / `mask_shown` on the box and
+  restores them afterwards; the account table has a lock of its own, held for the whole of a
+  stateful request (read the state, rank, record what was shown), so concurrent requests for
+  one account behave as if they ran one after the other. Lock order: accounts, then box.
+* Authentication: with `token` set, every contract endpoint but `/health` needs
+  `Authorization: Bearer <token>` (401 otherwise; the token is compared in constant time and
+  never echoed). The OpenAPI document stays readable without it.
+"""
+import hmac
+import json
+import math
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Iterator, Sequence
+
+from ctrlsim.data import Dataset
+from ctrlsim.errors import ConfigError, CtrlsimError, MissingDependencyError, ModelError, UnknownItemError
+from ctrlsim.recommenders.base import Recommender, Slate, UserState
+from ctrlsim.recommenders.http.contract import (
+    CONTRACT_VERSION,
+    ENDPOINTS,
+    AccountRecommendRequest,
+    AccountsRequest,
+    AccountsResponse,
+    FeedbackRequest,
+    FeedbackResponse,
+    Health,
+    Problem,
+    RankedList,
+    RecommendRequest,
+    RecommendResponse,
+)
+
+__all__ = ["make_app", "AccountTable", "encode_scores"]
+
+_PURPOSE = "serving a black box over HTTP (ctrlsim serve)"
+
+
+def _fastapi():
+    try:
+        import fastapi
+    except ImportError as exc:
+        raise MissingDependencyError("fastapi", "serve", _PURPOSE) from exc
+    return fastapi
+
+
+def encode_scores(scores) -> list[float] | None:
+    """A slate's scores as JSON numbers, or None when any is not finite (JSON has no inf/NaN)."""
+    values = [float(s) for s in scores]
+    return values if all(math.isfinite(v) for v in values) else None
+
+
+class _Refused(Exception):
+    """A request the service refuses: HTTP `status` with a `Problem` detail."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def _check_known(index: dict, ids: Sequence[str], where: str) -> None:
+    missing = [i for i in ids if i not in index]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise _Refused(404, f"unknown item id {missing[0]!r} in {where}{more}")
+
+
+@dataclass
+class _AccountState:
+    history: list[str]
+    profile: str | None
+    attributes: dict[str, Any]
+    exclude_history: bool
+    mask_shown: bool
+    liked: set[str] = field(default_factory=set)
+    shown: list[str] = field(default_factory=list)  # in the order first shown
+    shown_set: set[str] = field(default_factory=set)
+
+    def __post_init__(self):
+        self.liked = set(self.history)
+
+    def like(self, item: str) -> None:
+        if item not in self.liked:
+            self.liked.add(item)
+            self.history.append(item)
+
+    def show(self, items: Sequence[str]) -> None:
+        for item in items:
+            if item not in self.shown_set:
+                self.shown_set.add(item)
+                self.shown.append(item)
+
+    def user_state(self) -> UserState:
+        return UserState(history=tuple(self.history), profile=self.profile,
+                         attributes=dict(self.attributes), shown=tuple(self.shown))
+
+
+class AccountTable:
+    """The stateful mode's accounts (in memory, one table per app) and the lock that guards them."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self._accounts: dict[str, _AccountState] = {}
+
+    def __len__(self) -> int:
+        return len(self._accounts)
+
+    def __contains__(self, account: str) -> bool:
+        return account in self._accounts
+
+    def get(self, account: str, where: str) -> _AccountState:
+        try:
+            return self._accounts[account]
+        except KeyError:
+            raise _Refused(404, f"unknown account {account!r} in {where}; create it with POST "
+                                f"{ENDPOINTS['accounts']}") from None
+
+    def reset(self, account: str, state: _AccountState) -> None:
+        self._accounts[account] = state
+
+
+def _identity(recommender: Recommender) -> dict:
+    """The box's identity as plain JSON values (what /health reports)."""
+    return json.loads(json.dumps(recommender.identity, default=str))
+
+
+def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = None):
+    """A FastAPI app serving `recommender` (over `dataset`'s catalogue) by the HTTP contract.
+
+    token: when set, every contract endpoint except `/health` needs `Authorization: Bearer <token>`.
+    Raises `MissingDependencyError` without FastAPI.
+    """
+    fastapi = _fastapi()
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+    if token is not None and not (isinstance(token, str) and token):
+        raise ConfigError("token must be None (no authentication) or a non-empty string")
+    own = getattr(recommender, "dataset", dataset)
+    if own is not dataset and list(own.item_ids) != list(dataset.item_ids):
+        raise ConfigError(f"the box ranks dataset {own.name!r}'s catalogue, not {dataset.name!r}'s")
+    index = dataset.item_index
+    n_items = len(dataset.items)
+    box_lock = threading.Lock()
+    accounts = AccountTable()
+    identity = _identity(recommender)
+
+    app = fastapi.FastAPI(
+        title=f"ctrlsim recommender: {identity.get('recommender', type(recommender).__name__)}",
+        version=CONTRACT_VERSION,
+        description="A ctrlsim black box served over the ctrlsim HTTP contract "
+                    "(docs/http-recommenders.md): stateless and stateful modes.")
+
+    # ------------------------------------------------------------------ errors
+    def problem(status: int, detail: str):
+        return JSONResponse(Problem(detail=detail).model_dump(), status_code=status)
+
+    @app.exception_handler(_Refused)
+    def _refused(request, exc: _Refused):
+        return problem(exc.status, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(request, exc: RequestValidationError):
+        errors = exc.errors()
+        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
+                 for e in errors[:5]]
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        return problem(422, "invalid request: " + "; ".join(parts) + more)
+
+    @app.exception_handler(CtrlsimError)
+    def _ctrlsim_error(request, exc: CtrlsimError):
+        from ctrlsim.redact import redact_secrets
+
+        status = 404 if isinstance(exc, UnknownItemError) else 500 if isinstance(exc, ModelError) else 400
+        return problem(status, redact_secrets(f"{type(exc).__name__}: {exc}"))
+
+    @app.exception_handler(Exception)
+    def _unexpected(request, exc: Exception):  # a bug: reported, and re-raised by the server to its log
+        return problem(500, f"internal error in the served box ({type(exc).__name__})")
+
+    errors = {400: {"model": Problem, "description": "the box refused the request, or the body is not UTF-8"},
+              404: {"model": Problem, "description": "an unknown item id or account (the detail names it)"},
+              422: {"model": Problem, "description": "invalid request (schema, k larger than the catalogue)"},
+              500: {"model": Problem, "description": "the box failed"}}
+    if token is not None:
+        errors[401] = {"model": Problem, "description": "missing or wrong bearer token"}
+
+    # ------------------------------------------------------------------ auth
+    dependencies = []
+    if token is not None:
+        bearer = HTTPBearer(auto_error=False, description="the token `ctrlsim serve` reads from --token-env")
+        expected = token.encode("utf-8")
+
+        def check_token(credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                               fastapi.Depends(bearer)]) -> None:
+            # Header values arrive decoded as latin-1: encoding back gives the bytes the client sent.
+            given = credentials.credentials.encode("latin-1", "replace") if credentials else b""
+            if not (credentials and hmac.compare_digest(given, expected)):
+                raise fastapi.HTTPException(401, detail="missing or invalid bearer token",
+                                            headers={"WWW-Authenticate": "Bearer"})
+
+        dependencies.append(fastapi.Depends(check_token))
+
+    # ------------------------------------------------------------------ the box
+    @contextmanager
+    def box_flags(exclude_history: bool, mask_shown: bool) -> Iterator[Recommender]:
+        with box_lock:
+            before = (recommender.exclude_history, recommender.mask_shown)
+            recommender.exclude_history, recommender.mask_shown = exclude_history, mask_shown
+            try:
+                yield recommender
+            finally:
+                recommender.exclude_history, recommender.mask_shown = before
+
+    def check_k(k: int) -> None:
+        if k > n_items:
+            raise _Refused(422, f"k={k} is larger than the catalogue ({n_items} items)")
+
+    def rank(states: list[UserState], pools: list[list[str] | None], k: int,
+             exclude_history: bool, mask_shown: bool) -> list[Slate]:
+        """One slate per state; states with a candidate pool and those without go in two box calls."""
+        slates: dict[int, Slate] = {}
+        whole = [n for n, p in enumerate(pools) if p is None]
+        pooled = [(n, p) for n, p in enumerate(pools) if p is not None]
+        with box_flags(exclude_history, mask_shown) as box:
+            if whole:
+                slates.update(zip(whole, box.recommend([states[n] for n in whole], k)))
+            if pooled:
+                got = box.recommend([states[n] for n, _ in pooled], k, candidates=[p for _, p in pooled])
+                slates.update(zip([n for n, _ in pooled], got))
+        return [slates[n] for n in range(len(states))]
+
+    def ranked(slate: Slate) -> RankedList:
+        return RankedList(items=[str(i) for i in slate.item_ids], scores=encode_scores(slate.scores))
+
+    # ------------------------------------------------------------------ routes
+    @app.get(ENDPOINTS["health"], operation_id="health", response_model=Health, tags=["service"],
+             summary="liveness, the box's identity, the modes and the catalogue size")
+    def health() -> Health:
+        return Health(status="ok", modes=["stateless", "stateful"], box=identity, items=n_items)
+
+    @app.post(ENDPOINTS["recommend"], operation_id="recommend",
+              response_model=RecommendResponse, responses=errors,
+              dependencies=dependencies, tags=["stateless"],
+              summary="top-k for each user state of the batch (stateless)")
+    def recommend(request: RecommendRequest) -> RecommendResponse:
+        check_k(request.k)
+        states, pools = [], []
+        for n, s in enumerate(request.states):
+            _check_known(index, s.history, f"states[{n}].history")
+            _check_known(index, s.shown, f"states[{n}].shown")
+            if s.candidates is not None:
+                if not s.candidates:
+                    raise _Refused(422, f"states[{n}].candidates is empty "
+                                        "(omit it to rank the whole catalogue)")
+                _check_known(index, s.candidates, f"states[{n}].candidates")
+            states.append(UserState(history=tuple(s.history), profile=s.profile,
+                                    attributes=dict(s.attributes), shown=tuple(s.shown)))
+            pools.append(None if s.candidates is None else list(s.candidates))
+        slates = rank(states, pools, request.k, request.exclude_history, request.mask_shown)
+        return RecommendResponse(lists=[ranked(s) for s in slates])
+
+    @app.post(ENDPOINTS["accounts"], operation_id="create_accounts",
+              response_model=AccountsResponse, responses=errors,
+              dependencies=dependencies, tags=["stateful"],
+              summary="create accounts, or reset existing ones to a fresh state")
+    def create_accounts(request: AccountsRequest) -> AccountsResponse:
+        seen: set[str] = set()
+        for n, a in enumerate(request.accounts):
+            if a.account in seen:
+                raise _Refused(422, f"account {a.account!r} appears twice (accounts[{n}])")
+            seen.add(a.account)
+            _check_known(index, a.history, f"accounts[{n}].history")
+        with accounts.lock:  # all checked first: a refused request changes nothing
+            for a in request.accounts:
+                accounts.reset(a.account, _AccountState(
+                    history=list(a.history), profile=a.profile, attributes=dict(a.attributes),
+                    exclude_history=a.exclude_history, mask_shown=a.mask_shown))
+        return AccountsResponse(accounts=[a.account for a in request.accounts])
+
+    @app.post(ENDPOINTS["feedback"], operation_id="feedback",
+              response_model=FeedbackResponse, responses=errors,
+              dependencies=dependencies, tags=["stateful"],
+              summary="like and shown events (a like of an item already liked changes nothing)")
+    def feedback(request: FeedbackRequest) -> FeedbackResponse:
+        for n, e in enumerate(request.events):
+            _check_known(index, [e.item], f"events[{n}].item")
+        with accounts.lock:
+            targets = [accounts.get(e.account, f"events[{n}].account") for n, e in enumerate(request.events)]
+            for state, e in zip(targets, request.events):
+                if e.type == "like":
+                    state.like(e.item)
+                else:
+                    state.show([e.item])
+        return FeedbackResponse(accepted=len(request.events))
+
+    @app.post(ENDPOINTS["account_recommend"], operation_id="account_recommend",
+              response_model=RecommendResponse, responses=errors,
+              dependencies=dependencies, tags=["stateful"],
+              summary="top-k for accounts; the items returned become shown to them")
+    def account_recommend(request: AccountRecommendRequest) -> RecommendResponse:
+        check_k(request.k)
+        with accounts.lock:
+            targets = [accounts.get(a, f"accounts[{n}]") for n, a in enumerate(request.accounts)]
+            states = [t.user_state() for t in targets]
+            slates: dict[int, Slate] = {}
+            groups: dict[tuple[bool, bool], list[int]] = {}
+            for n, t in enumerate(targets):
+                groups.setdefault((t.exclude_history, t.mask_shown), []).append(n)
+            for (exclude_history, mask_shown), members in groups.items():
+                slates.update(zip(members, rank([states[n] for n in members], [None] * len(members),
+                                                request.k, exclude_history, mask_shown)))
+            lists = [slates[n] for n in range(len(targets))]
+            for t, slate in zip(targets, lists):  # recorded after every list is ranked
+                t.show(slate.item_ids)
+        return RecommendResponse(lists=[ranked(s) for s in lists])
+
+    app.state.accounts = accounts
+    app.state.recommender = recommender
+    return app
+
+
+# ---------------------------------------------------------------------- running a server
+def listen(host: str, port: int):
+    """A listening TCP socket on (host, port); port 0 picks a free one. `ConfigError` if it cannot bind."""
+    import socket
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"port must be an integer in 0..65535, got {port!r}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock
+
+
+def url_of(sock, host: str) -> str:
+    """The base URL a client uses for a socket from `listen` (its real port, even for port 0)."""
+    port = sock.getsockname()[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def run_server(app, sock) -> None:
+    """Serve `app` with uvicorn on the listening `sock` until SIGINT/SIGTERM (then KeyboardInterrupt
+    or the signal's default action, as uvicorn re-raises the signal after a graceful shutdown)."""
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise MissingDependencyError("uvicorn", "serve", _PURPOSE) from exc
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, lifespan="off")
+    uvicorn.Server(config).run(sockets=[sock])
