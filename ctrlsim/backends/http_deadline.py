@@ -14,6 +14,7 @@ Needs httpx2 (installed with `openai`); the `openai` package itself only for `De
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -189,7 +190,9 @@ def concurrent_map(fn: Callable[[T], R], items: list[T], max_workers: int, scope
             return fn(x)
 
     pool = ThreadPoolExecutor(max_workers=min(max_workers, len(items)), thread_name_prefix="ctrlsim-openai")
-    futures = [pool.submit(cancellable, x) for x in items]
+    # Each call runs in a copy of the caller's context: what a run lends its code
+    # (`ctrlsim.run_settings`) reaches the pool's threads too.
+    futures = [pool.submit(contextvars.copy_context().run, cancellable, x) for x in items]
     interrupted = False
     try:
         wait(futures, return_when=FIRST_EXCEPTION)

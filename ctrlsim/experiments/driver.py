@@ -24,23 +24,20 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ctrlsim.errors import CtrlsimError, RunInterrupted
 from ctrlsim.experiments.config import RunOptions, check_output_dir
 from ctrlsim.experiments.runner import RunContext, Runner
+from ctrlsim.run_settings import ExchangeSettings, unit_with_exchange_settings, using_exchange_settings
 
 if TYPE_CHECKING:
     import pandas as pd
 
 TABLES_EVERY_S = 15.0  # how often tables.md is rewritten while units arrive (and once at the end)
-# The environment variables HTTP black boxes read (`ctrlsim.recommenders.http.contract.EXCHANGES_ENV`
-# and `REPLAY_ENV`, tested equal): named here so that a run with no HTTP box never imports that
-# module and pydantic (0.12-0.18 s of start-up at load 7: a sixth of a fully cached rerun).
-EXCHANGES_ENV, REPLAY_ENV = "CTRLSIM_EXCHANGES", "CTRLSIM_REPLAY"
 FAILURES_SHOWN = 20
 
 
@@ -158,7 +155,8 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     failed: dict[str, str] = {}
     ran = 0
     resolved = runner.resolved(ctx) if runner.resolved is not None else {}
-    with exchange_settings(out, options), RunFolder(
+    exchanges = exchange_settings(out, options)
+    with using_exchange_settings(exchanges), RunFolder(
             out, identity, overwrite=options.overwrite, extensible=runner.extensible,
             about={"runner": runner.name}, record_fields=runner.record_fields, resolved=resolved,
             allow_code_change=options.allow_code_change) as folder:
@@ -222,7 +220,9 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                     break
                 if executor is None:
                     executor = executor_from_options(options).__enter__()
-                executor.run(runner.unit_fn, runner.payload(ctx), todo, on_record,
+                # The exchange settings travel with each unit (to a Ray worker too), not in the environment.
+                unit_fn = partial(unit_with_exchange_settings, exchanges, runner.unit_fn)
+                executor.run(unit_fn, runner.payload(ctx), todo, on_record,
                              progress=show_progress, desc=f"{runner.name} {runner.unit_name}")
         except KeyboardInterrupt:  # Ctrl-C: stop now (no tables rebuilt); what finished is stored
             raise RunInterrupted(runner.name, out, len(store)) from None
@@ -240,29 +240,14 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                      context=ctx, summary=summary)
 
 
-@contextmanager
-def exchange_settings(out: Path, options: RunOptions) -> Iterator[None]:
-    """While a run drives its units, HTTP black boxes record their exchanges in `<out>/exchanges.jsonl`
-    and, with `--replay RUN`, answer from RUN's recorded exchanges (`ctrlsim.recommenders.http.client`).
-    Environment variables, so Ray workers (which get the driver's `$CTRLSIM_*`) do the same."""
-    import os
-
-    settings = {EXCHANGES_ENV: str((out / "exchanges.jsonl").resolve())}
+def exchange_settings(out: Path, options: RunOptions) -> ExchangeSettings:
+    """A run's HTTP black boxes record their exchanges in `<out>/exchanges.jsonl` and, with
+    `--replay RUN`, answer from RUN's recorded exchanges (`ctrlsim.recommenders.http.client`)."""
+    replay = None
     if options.replay is not None:
         recorded = Path(options.replay)
-        log = recorded / "exchanges.jsonl" if recorded.is_dir() else recorded
-        settings[REPLAY_ENV] = str(log.resolve())
-    before = {name: os.environ.get(name) for name in (EXCHANGES_ENV, REPLAY_ENV)}
-    os.environ.pop(REPLAY_ENV, None)
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        replay = str((recorded / "exchanges.jsonl" if recorded.is_dir() else recorded).resolve())
+    return ExchangeSettings(log=str((out / "exchanges.jsonl").resolve()), replay=replay)
 
 
 def run(protocol: str, /, out: str | Path | None = None, *, config: Any = None,

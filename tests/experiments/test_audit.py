@@ -204,9 +204,9 @@ def test_template_is_package_data():
     from importlib.resources import files
 
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
-    assert '"ctrlsim.experiments" = ["templates/*.j2"]' in pyproject
+    assert '"ctrlsim.experiments.audit" = ["templates/*.j2"]' in pyproject
 
-    assert (files("ctrlsim.experiments") / "templates" / "audit.html.j2").is_file()
+    assert (files("ctrlsim.experiments.audit") / "templates" / "audit.html.j2").is_file()
 
 
 def test_the_first_screen_leads_with_probes_that_pass_their_card(audited):

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -11,11 +13,13 @@ from ctrlsim.experiments.config import (
     RunOptions,
     add_config_arguments,
     check_choices,
+    check_fields,
     check_output_dir,
     check_range,
     config_from_args,
     config_from_dict,
     config_to_dict,
+    option,
 )
 
 
@@ -117,3 +121,66 @@ def test_a_field_added_later_is_left_out_of_stored_configs_while_it_holds_its_de
     assert evolve["eval_conversation"] == "append" and "conversation" not in evolve
     with pytest.raises(ConfigError, match="conversation"):
         CtrlBenchConfig(conversation="summary")
+
+
+# ----------------------------------------------------------------------------- declared constraints
+
+@dataclass(frozen=True)
+class Declared:
+    users: int = option(8, "users per slice", low=1, high=100)
+    share: float = option(0.5, "a share", low=0.0, high=1.0)
+    seeds: tuple[int, ...] = option((0, 1), "seeds", low=0, high=10, nonempty=True)
+    kinds: tuple[str, ...] = option(("a",), "kinds", choices=("a", "b"), nonempty=True)
+    mode: str = option("x", "mode", choices=("x", "y"))
+    slate: int | None = option(None, "open until the run resolves it", low=1, high=50)
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"users": 0}, "users must be in [1, 100], got 0"),
+    ({"users": 101}, "users must be in [1, 100], got 101"),
+    ({"users": 2.0}, "users must be an integer, got 2.0"),
+    ({"users": True}, "users must be an integer, got True"),
+    ({"share": 1.5}, "share must be in [0.0, 1.0], got 1.5"),
+    ({"seeds": (0, 11)}, "seeds must be in [0, 10], got 11"),
+    ({"seeds": ()}, "seeds needs at least one value"),
+    ({"kinds": ("a", "c")}, "kinds: unknown value(s) 'c'"),
+    ({"kinds": ("a", "a")}, "kinds: value(s) given more than once: 'a'"),
+    ({"kinds": ()}, "kinds needs at least one value"),
+    ({"mode": "z"}, "mode must be one of x, y; got 'z'"),
+    ({"slate": 0}, "slate must be in [1, 50], got 0"),
+])
+def test_declared_constraints_are_enforced_with_the_fields_name(kwargs, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Declared(**kwargs)
+
+
+def test_declared_constraints_allow_what_they_declare():
+    assert Declared(users=100, share=0.0, seeds=(10,), kinds=("b", "a"), slate=None).users == 100
+    assert Declared(slate=50).slate == 50
+
+
+def test_the_help_names_each_bound_and_choice_once_from_the_declaration():
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, Declared)
+    text = " ".join(parser.format_help().split())
+    assert "users per slice (at most 100) [default: 8]" in text
+    assert "a share (in [0.0, 1.0])" in text
+    assert "mode (one of: x, y)" in text and "kinds (one of: a, b)" in text
+
+
+def test_every_protocol_config_declares_its_bounds_on_its_fields():
+    """No protocol config writes a bound into its help by hand: each bounded count is declared on
+    the field (`option`), so the check and the help come from one place."""
+    from ctrlsim.experiments import runner as runners
+
+    for name in runners.RUNNER_MODULES:
+        cls = runners.get_runner(name).config_cls
+        if cls.__module__.startswith("ctrlsim.agents"):
+            continue  # train-probe's config lives with its trainer (agents/rl.py)
+        for f in dataclasses.fields(cls):
+            assert "at most" not in f.metadata.get("help", ""), (name, f.name)
+        declared = [f.name for f in dataclasses.fields(cls) if "high" in f.metadata or "low" in f.metadata]
+        assert declared, name

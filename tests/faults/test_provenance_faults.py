@@ -116,7 +116,7 @@ def test_changed_code_is_refused_unless_allowed_and_the_allowance_is_recorded(tm
 def test_a_changed_default_is_refused_even_with_a_code_change_allowed(tmp_path, monkeypatch, capsys):
     run = tmp_path / "r"
     assert main([*CTRLBENCH, "--seeds", "0", "--out", str(run)]) == 0
-    from ctrlsim.experiments.ctrlbench import runner as ctrlbench
+    from ctrlsim.experiments.ctrlbench import config as ctrlbench
 
     monkeypatch.setitem(ctrlbench.PAPER_SLATE_SIZE, "popularity", 5)  # the code's default changed
     assert main([*CTRLBENCH, "--seeds", "0,1", "--out", str(run), "--allow-code-change"]) == 2

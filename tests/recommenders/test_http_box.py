@@ -29,8 +29,6 @@ pytest.importorskip("uvicorn")
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CTRLSIM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("CTRLSIM_EXCHANGES", raising=False)
-    monkeypatch.delenv("CTRLSIM_REPLAY", raising=False)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ interval. docs/calibration.md says how to read them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
@@ -43,9 +43,8 @@ from ctrlsim.experiments.config import (
     MAX_SEED,
     MAX_SLATE,
     MAX_USERS,
-    bound,
-    check_choice,
-    check_range,
+    check_fields,
+    option,
 )
 from ctrlsim.recommenders.dial import is_dial
 
@@ -64,66 +63,52 @@ METRICS = {"ctrlbench": ("coverage", "exposure"), "steereval": ("delta_auc",),
 STEEREVAL_COMPARE = ("llm", "embedding")
 
 
-def _help(text: str, **extra) -> dict:
-    return {"help": text, **extra}
-
-
 @dataclass(frozen=True)
 class CalibrateConfig:
     """One calibration: a protocol's methods against dial boxes over a lambda grid (config.json)."""
 
-    protocol: str = field(default="ctrlbench", metadata=_help(
-        "the protocol calibrated", choices=list(PROTOCOLS)))
-    methods: tuple[str, ...] = field(default=(), metadata=_help(
-        "probe methods (default per protocol: ctrlbench oracle,random; steereval template,stronger,weaker; "
-        "promptshift b0,b3)"))
-    dials: tuple[float, ...] = field(default=DEFAULT_DIALS, metadata=_help(
-        "the lambda grid, values in [0, 1]"))
-    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata=_help(
-        f"seeds (users sampled, probes, ties); each adds observations ({bound(MAX_SEED)})"))
-    compare: tuple[str, ...] = field(default=(), metadata=_help(
-        "real boxes to place on the dial's scale (ctrlbench: make_recommender names; steereval: llm, "
-        "embedding; promptshift: LLM specs)"))
-    dial_options: tuple[str, ...] = field(default=(), metadata=_help(
-        "key=value options of every dial box, e.g. base=random,mix=scores (docs/calibration.md)"))
-    dataset: str = field(default="ml-100k", metadata=_help("dataset name or path"))
-    llm: str = field(default=DEFAULT_PROBE_LLM, metadata=_help(
-        "the LLM of LLM methods (ctrlbench probes, SteerEval LLM edits, a SteerEval llm ranker)"))
-    targets: tuple[str, ...] = field(default=("War+Film-Noir",), metadata=_help(
-        "(ctrlbench) target sets: a tag or a '+' union of tags"))
-    agents: tuple[int, ...] = field(default=(4, 1), metadata=_help(
-        "(ctrlbench) K_large,K_small; one probe by default, so the target-seeking reference measures the "
-        f"box, not the diversity of identical probes (docs/calibration.md; {bound(MAX_AGENTS)})"))
-    rounds: int = field(default=4, metadata=_help(
-        f"(ctrlbench) interaction rounds per episode ({bound(MAX_ROUNDS)})"))
-    slate_size: int = field(default=3, metadata=_help(
-        "(ctrlbench) items per slate, the same for every box: a compared box is on the dial's scale only "
-        f"at the dial's slate size (ctrlbench itself gives narm 20; {bound(MAX_SLATE)})"))
-    tags: tuple[str, ...] = field(default=("Action", "Comedy", "Romance", "Thriller"), metadata=_help(
-        "(steereval) tags to steer"))
-    users: int = field(default=5, metadata=_help(
-        f"(steereval) users per tag; (promptshift) users sampled per seed ({bound(MAX_USERS)})"))
-    pool_size: int = field(default=100, metadata=_help(
-        f"(steereval) items ranked per scenario ({bound(MAX_ITEMS)})"))
-    scenarios: tuple[str, ...] = field(default=("gender", "age", "gender_age"), metadata=_help(
-        "(promptshift) identity-cue scenarios"))
-    n_candidates: int = field(default=30, metadata=_help(
-        f"(promptshift) N, items per generated list ({bound(MAX_SLATE)})"))
-    k: int = field(default=20, metadata=_help(
-        f"(promptshift) K, the evaluated list length ({bound(MAX_SLATE)})"))
-    decision: str = field(default=DEFAULT_DECISION, metadata={**_help(
-        "how ctrlbench's LLM probes decide: json, yesno or twostep (`ctrlsim ctrlbench --help`)"),
-        "choices": list(DECISION_HEADS)})
-    decision_threshold: float = field(default=DEFAULT_THRESHOLD, metadata=_help(
-        "P(yes) at or above which a question head likes an item, in (0, 1)"))
-    cache: bool = field(default=True, metadata=_help(
-        "cache LLM replies and personas (ctrlbench episodes in ctrlbench's cache, the rest under "
-        "$CTRLSIM_CACHE/calibrate; replays are free)"))
+    protocol: str = option("ctrlbench", "the protocol calibrated", choices=PROTOCOLS)
+    methods: tuple[str, ...] = option((), "probe methods (default per protocol: ctrlbench oracle,random; "
+                                      "steereval template,stronger,weaker; promptshift b0,b3)")
+    dials: tuple[float, ...] = option(DEFAULT_DIALS, "the lambda grid, values in [0, 1]")
+    seeds: tuple[int, ...] = option((0, 1, 2), "seeds (users sampled, probes, ties); each adds observations",
+                                    low=0, high=MAX_SEED)
+    compare: tuple[str, ...] = option((), "real boxes to place on the dial's scale (ctrlbench: "
+                                      "make_recommender names; steereval: llm, embedding; promptshift: LLM "
+                                      "specs)")
+    dial_options: tuple[str, ...] = option((), "key=value options of every dial box, e.g. "
+                                           "base=random,mix=scores (docs/calibration.md)")
+    dataset: str = option("ml-100k", "dataset name or path")
+    llm: str = option(DEFAULT_PROBE_LLM, "the LLM of LLM methods (ctrlbench probes, SteerEval LLM edits, a "
+                      "SteerEval llm ranker)")
+    targets: tuple[str, ...] = option(("War+Film-Noir",), "(ctrlbench) target sets: a tag or a '+' union of "
+                                      "tags")
+    agents: tuple[int, ...] = option((4, 1), "(ctrlbench) K_large,K_small; one probe by default, so the "
+                                     "target-seeking reference measures the box, not the diversity of "
+                                     "identical probes (docs/calibration.md)", low=1, high=MAX_AGENTS)
+    rounds: int = option(4, "(ctrlbench) interaction rounds per episode", low=1, high=MAX_ROUNDS)
+    slate_size: int = option(3, "(ctrlbench) items per slate, the same for every box: a compared box is on "
+                             "the dial's scale only at the dial's slate size (ctrlbench itself gives narm "
+                             "20)", low=1, high=MAX_SLATE)
+    tags: tuple[str, ...] = option(("Action", "Comedy", "Romance", "Thriller"), "(steereval) tags to steer")
+    users: int = option(5, "(steereval) users per tag; (promptshift) users sampled per seed", low=1,
+                        high=MAX_USERS)
+    pool_size: int = option(100, "(steereval) items ranked per scenario", low=1, high=MAX_ITEMS)
+    scenarios: tuple[str, ...] = option(("gender", "age", "gender_age"), "(promptshift) identity-cue "
+                                        "scenarios")
+    n_candidates: int = option(30, "(promptshift) N, items per generated list", low=1, high=MAX_SLATE)
+    k: int = option(20, "(promptshift) K, the evaluated list length", low=1, high=MAX_SLATE)
+    decision: str = option(DEFAULT_DECISION, "how ctrlbench's LLM probes decide: json, yesno or twostep "
+                           "(`ctrlsim ctrlbench --help`)", choices=DECISION_HEADS)
+    decision_threshold: float = option(DEFAULT_THRESHOLD, "P(yes) at or above which a question head likes "
+                                       "an item, in (0, 1)")
+    cache: bool = option(True, "cache LLM replies and personas (ctrlbench episodes in ctrlbench's cache, the "
+                         "rest under $CTRLSIM_CACHE/calibrate; replays are free)")
 
     def __post_init__(self):
         from ctrlsim.recommenders.dial import check_lambda, format_lambda
 
-        check_choice("protocol", self.protocol, PROTOCOLS)
+        check_fields(self)
         from ctrlsim.agents.llm_probe import check_decision
 
         check_decision(self.decision, self.decision_threshold)  # before any model loads
@@ -136,21 +121,12 @@ class CalibrateConfig:
             raise ConfigError("dials: a calibration needs at least two lambdas (e.g. 0,1)")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
-        for s in self.seeds:
-            check_range("seeds", s, low=0, high=MAX_SEED)
-        for option in self.dial_options:
-            key, sep, value = option.partition("=")
-            if not sep or not key or not value or ":" in option or "|" in option:
-                raise ConfigError(f"dial_options: {option!r} is not key=value")
+        for pair in self.dial_options:
+            key, sep, value = pair.partition("=")
+            if not sep or not key or not value or ":" in pair or "|" in pair:
+                raise ConfigError(f"dial_options: {pair!r} is not key=value")
         if len(set(self.compare)) != len(self.compare):
             raise ConfigError(f"compare: a box is given more than once in {list(self.compare)}")
-        # Every count is bounded here, whichever protocol reads it (the protocol's own config checks
-        # only the fields it takes).
-        for name, high in (("rounds", MAX_ROUNDS), ("users", MAX_USERS), ("n_candidates", MAX_SLATE),
-                           ("k", MAX_SLATE), ("slate_size", MAX_SLATE), ("pool_size", MAX_ITEMS)):
-            check_range(name, getattr(self, name), low=1, high=high)
-        for k in self.agents:
-            check_range("agents", k, low=1, high=MAX_AGENTS)
         if self.k > self.n_candidates:
             raise ConfigError(f"k ({self.k}) must not exceed n_candidates ({self.n_candidates})")
         self._check_methods()

@@ -18,7 +18,7 @@ and `promptshift.report` averages and formats the records. Layouts: Table 4
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
 from ctrlsim.backends.specs import parse_spec
@@ -30,11 +30,11 @@ from ctrlsim.experiments.config import (
     MAX_SLATE,
     MAX_TOKENS,
     MAX_USERS,
-    bound,
-    check_choice,
     check_choices,
+    check_fields,
     check_range,
     config_to_dict,
+    option,
 )
 from ctrlsim.recommenders.dial import is_dial
 from ctrlsim.recommenders.promptshift.defaults import (
@@ -61,40 +61,32 @@ GENERATION_CHOICES = ("domain", "positives", "request sentence", "decoding")
 class PromptShiftConfig:
     """Everything that determines a PromptShift run's results (stored in its config.json)."""
 
-    llms: tuple[str, ...] = field(default=(DEFAULT_RUN_LLM,), metadata={"help": "LLM specs, comma-separated"})
-    dataset: str = field(default="ml-100k", metadata={
-        "help": "dataset name or path (e.g. a Last.fm-1K folder)"})
-    users: int = field(default=8, metadata={
-        "help": f"users to sample (the paper: up to 600; {bound(MAX_USERS)})"})
-    seed: int = field(default=0, metadata={"help": f"seed of the stratified user sample ({bound(MAX_SEED)})"})
-    scenarios: tuple[str, ...] = field(default=SCENARIOS, metadata={"help": "identity-cue scenarios",
-                                                                    "choices": list(SCENARIOS)})
-    n_candidates: int = field(default=N_CANDIDATES, metadata={
-        "help": f"N, titles asked of the LLM per list ({bound(MAX_SLATE)})"})
-    k: int = field(default=K, metadata={"help": f"K, the evaluated list length ({bound(MAX_SLATE)})"})
-    history_len: int = field(default=HISTORY_LEN, metadata={
-        "help": f"|H_u|, fit positives in the prompt ({bound(MAX_ITEMS)})"})
-    min_fit_positives: int = field(default=MIN_FIT_POSITIVES, metadata={
-        "help": f"fit positives a user needs ({bound(MAX_ITEMS)})"})
-    positive_threshold: float | None = field(default=None, metadata={
-        "help": f"rating (or play count) a positive needs; none: {MOVIE_POSITIVE:g} for ratings, "
-                f"{PLAY_POSITIVE:g} plays for listening data"})
-    domain: str | None = field(default=None, metadata={"help": "prompts; none: music for track catalogues",
-                                                       "choices": list(DOMAINS)})
-    p: float = field(default=RBO_P, metadata={"help": "RBO persistence"})
-    rho: float = field(default=RHO, metadata={"help": "Difficulty@K rank bonus"})
-    match_threshold: float | None = field(default=None, metadata={
-        "help": f"fuzzy title-matching threshold; none: chosen on validation from {MATCH_THRESHOLDS}"})
-    select_on_validation: bool = field(default=True, metadata={
-        "help": "choose B3's parameters on validation positives (else the paper's values)"})
-    max_tokens: int | None = field(default=None, metadata={
-        "help": f"reply budget; none: 16 per title + 32 ({bound(MAX_TOKENS)})"})
-    temperature: float = field(default=TEMPERATURE, metadata={"help": "sampling temperature (0: greedy)"})
-    exclude_history: bool = field(default=False, metadata={"help": "drop generated items already in H_u"})
-    unmatched: str = field(default=UNMATCHED_POLICIES[0], metadata={
-        "help": "unmatched titles in SliceShift: count as 0 or skip", "choices": list(UNMATCHED_POLICIES)})
-    llm_cache: str | None = field(default=None, metadata={
-        "help": "response-cache file for the LLMs (sqlite); does not change results"})
+    llms: tuple[str, ...] = option((DEFAULT_RUN_LLM,), "LLM specs, comma-separated")
+    dataset: str = option("ml-100k", "dataset name or path (e.g. a Last.fm-1K folder)")
+    users: int = option(8, "users to sample (the paper: up to 600)", low=1, high=MAX_USERS)
+    seed: int = option(0, "seed of the stratified user sample", low=0, high=MAX_SEED)
+    scenarios: tuple[str, ...] = option(SCENARIOS, "identity-cue scenarios", choices=SCENARIOS, nonempty=True)
+    n_candidates: int = option(N_CANDIDATES, "N, titles asked of the LLM per list", low=1, high=MAX_SLATE)
+    k: int = option(K, "K, the evaluated list length (no more than N)", low=1, high=MAX_SLATE)
+    history_len: int = option(HISTORY_LEN, "|H_u|, fit positives in the prompt", low=1, high=MAX_ITEMS)
+    min_fit_positives: int = option(MIN_FIT_POSITIVES, "fit positives a user needs (at least |H_u|)", low=1,
+                                    high=MAX_ITEMS)
+    positive_threshold: float | None = option(
+        None, f"rating (or play count) a positive needs; none: {MOVIE_POSITIVE:g} for ratings, "
+        f"{PLAY_POSITIVE:g} plays for listening data")
+    domain: str | None = option(None, "prompts; none: music for track catalogues", choices=DOMAINS)
+    p: float = option(RBO_P, "RBO persistence, in (0, 1)")
+    rho: float = option(RHO, "Difficulty@K rank bonus", low=0)
+    match_threshold: float | None = option(None, "fuzzy title-matching threshold; none: chosen on "
+                                           f"validation from {MATCH_THRESHOLDS}", low=0, high=100)
+    select_on_validation: bool = option(True, "choose B3's parameters on validation positives (else the "
+                                        "paper's values)")
+    max_tokens: int | None = option(None, "reply budget; none: 16 per title + 32", low=1, high=MAX_TOKENS)
+    temperature: float = option(TEMPERATURE, "sampling temperature (0: greedy)", low=0)
+    exclude_history: bool = option(False, "drop generated items already in H_u")
+    unmatched: str = option(UNMATCHED_POLICIES[0], "unmatched titles in SliceShift: count as 0 or skip",
+                            choices=UNMATCHED_POLICIES)
+    llm_cache: str | None = option(None, "response-cache file for the LLMs (sqlite); does not change results")
 
     def __post_init__(self):
         if isinstance(self.llms, str):
@@ -116,16 +108,7 @@ class PromptShiftConfig:
                 raise ConfigError(f"llms: spec {spec!r} names the runtime {runtime!r} but no model")
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise ConfigError(f"dataset must be a name or path, got {self.dataset!r}")
-        check_choices("scenarios", self.scenarios, SCENARIOS)
-        for name, high in (("users", MAX_USERS), ("n_candidates", MAX_SLATE), ("k", MAX_SLATE),
-                           ("history_len", MAX_ITEMS), ("min_fit_positives", MAX_ITEMS)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{name} must be an integer, got {value!r}")
-            check_range(name, value, low=1, high=high)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
-        check_range("seed", self.seed, low=0, high=MAX_SEED)
+        check_fields(self)
         if self.k > self.n_candidates:
             raise ConfigError(f"k ({self.k}) must not exceed n_candidates ({self.n_candidates})")
         if self.min_fit_positives < self.history_len:
@@ -133,17 +116,8 @@ class PromptShiftConfig:
                               f"({self.history_len}) so every prompt holds the full history")
         if self.positive_threshold is not None:
             check_range("positive_threshold", self.positive_threshold)
-        if self.domain is not None:
-            check_choice("domain", self.domain, DOMAINS)
         if not 0 < self.p < 1:
             raise ConfigError(f"p must be in (0, 1), got {self.p!r}")
-        check_range("rho", self.rho, low=0)
-        if self.match_threshold is not None:
-            check_range("match_threshold", self.match_threshold, low=0, high=100)
-        if self.max_tokens is not None:
-            check_range("max_tokens", self.max_tokens, low=1, high=MAX_TOKENS)
-        check_range("temperature", self.temperature, low=0)
-        check_choice("unmatched", self.unmatched, UNMATCHED_POLICIES)
 
     def identity(self) -> dict:
         """What the results depend on (the response cache does not change them)."""

@@ -77,7 +77,8 @@ class SteerEvalConfig:
     history_len: int = option(50, "rated items the profile is written from", low=1, high=MAX_ITEMS)
     min_ratings: int = option(100, "users need at least this many ratings (more than --history-len)",
                               low=2, high=MAX_ITEMS)
-    conditions: tuple[str, ...] = option(PAPER_CONDITIONS, "conditions to run", choices=CONDITIONS)
+    conditions: tuple[str, ...] = option(PAPER_CONDITIONS, "conditions to run", choices=CONDITIONS,
+                                         nonempty=True)
     rating: str = option("digits", "LLM score: expected digit from token probabilities, or the paper's "
                          "generate-and-parse", choices=RATINGS)
     k: int = option(10, "cut-off of Coverage@k and NDCG@k", low=1, high=MAX_SLATE)

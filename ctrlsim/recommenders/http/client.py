@@ -19,11 +19,11 @@ keyword options:
                   dropped and counted (`stats`)
     verify        TLS certificate verification (true)
 
-Every exchange (request, response, status, time; no headers) is appended to the exchange log,
-`$CTRLSIM_EXCHANGES` (the driver sets it to `<out>/exchanges.jsonl` during a run) or the `exchanges`
-option. A request whose logical content was seen before with another answer is counted in
+Every exchange (request, response, status, time; no headers) is appended to the exchange log: the
+run's `<out>/exchanges.jsonl` (the driver lends it to every unit, `ctrlsim.run_settings`) or the
+`exchanges` option. A request whose logical content was seen before with another answer is counted in
 `stats["changed"]` and warned about (`ExchangeChangedWarning`): the service answered the same user
-state differently. With `$CTRLSIM_REPLAY` (`--replay RUN`, or the `replay` option) pointing at a
+state differently. With `--replay RUN` (or the `replay` option) pointing at a
 recorded log, no request leaves the machine: each answer comes from the log, and a request the log
 does not hold is a `ReplayMissError`.
 
@@ -35,7 +35,6 @@ account is created. Items the probe was shown elsewhere (search results) are sen
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 import time
 import uuid
@@ -48,7 +47,6 @@ import numpy as np
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError
 from ctrlsim.recommenders.base import Candidates, Recommender, Slate, UserState
-from ctrlsim.recommenders.http.contract import EXCHANGES_ENV, REPLAY_ENV
 from ctrlsim.recommenders.http.exchanges import (
     MISSING,
     ExchangeChangedWarning,
@@ -61,6 +59,7 @@ from ctrlsim.recommenders.http.exchanges import (
 from ctrlsim.recommenders.http.options import DEFAULTS, checked_options, is_http, parse_http_spec
 from ctrlsim.recommenders.http.transport import RecommenderResponseError, Transport
 from ctrlsim.redact import redact_secrets as _shown
+from ctrlsim.run_settings import current_exchange_settings
 
 __all__ = ["DEFAULTS", "ExchangeChangedWarning", "ExchangeLog", "HttpRecommender", "RecommenderResponseError",
            "ReplayMissError", "is_http", "parse_http_spec", "read_exchanges"]
@@ -115,11 +114,11 @@ class HttpRecommender(Recommender):
 
     # ------------------------------------------------------------------ exchanges
     def _log(self) -> ExchangeLog | None:
-        path = self.options["exchanges"] or os.environ.get(EXCHANGES_ENV)
+        path = self.options["exchanges"] or current_exchange_settings().log
         return log_for(path) if path else None
 
     def _replay(self) -> ExchangeLog | None:
-        path = self.options["replay"] or os.environ.get(REPLAY_ENV)
+        path = self.options["replay"] or current_exchange_settings().replay
         return log_for(path) if path else None
 
     def _exchange(self, endpoint: str, body: Any, logical: Any, *, answers: bool = True) -> Any:

@@ -26,8 +26,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 CONTRACT_VERSION = "1"
-# Set by the run driver: where HTTP boxes record their exchanges, and the recorded ones to replay.
-EXCHANGES_ENV, REPLAY_ENV = "CTRLSIM_EXCHANGES", "CTRLSIM_REPLAY"
 MAX_BATCH = 10_000  # states, accounts or events in one request
 MAX_K = 100_000
 ItemId = str
