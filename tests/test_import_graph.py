@@ -299,3 +299,14 @@ def test_the_default_llms_name_has_one_home():
     elsewhere = sorted(str(m.path.relative_to(REPO)) for m in package_modules().values()
                        if m.path != home and names_it(m.path))
     assert not elsewhere, f"{DEFAULT_PROBE_LLM!r} is written outside {home.name}: {elsewhere}"
+
+
+def test_protocol_modules_leave_resources_to_the_framework():
+    """A protocol folder loads no dataset or model itself, chooses no cache path, draws no progress
+    bar and reads no environment: the framework (`ctrlsim.experiments.units`) does these once."""
+    root = REPO / "ctrlsim" / "experiments"
+    found = sorted(f"{path.relative_to(REPO)}: {word}" for p in protocol_packages()
+                   for path in (root / p).glob("*.py")
+                   for word in ("load_dataset", "cache_root", "tqdm", "os.environ")
+                   if word in path.read_text(encoding="utf-8"))
+    assert not found, found

@@ -128,6 +128,23 @@ def run_dataset(spec: str):
     return load_dataset(spec, cache=folder)
 
 
+def shared_cache_file(protocol: str, name: str) -> Path:
+    """A file a protocol keeps in ctrlsim's shared cache folder (`$CTRLSIM_CACHE/<protocol>/<name>`:
+    replies and personas that make a rerun in any run folder free); nothing is created here (the
+    cache creates its folder when it opens, so a run that needs none never touches the folder)."""
+    from ctrlsim.backends.bundled import cache_root
+
+    return cache_root() / protocol / name
+
+
+def progress(iterable: Iterable | None = None, *, desc: str, show: bool, total: int | None = None,
+             unit: str = "it"):
+    """The one progress bar of the experiments layer (tqdm), drawn only where `show` is true."""
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, unit=unit, disable=not show)
+
+
 def cached_dataset(spec: str):
     """The dataset `spec`, loaded once per process (every runner's units share one object)."""
     return worker_cache(f"dataset:{spec}", lambda: run_dataset(spec))

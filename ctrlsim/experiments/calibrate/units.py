@@ -34,9 +34,9 @@ def _lambda(box: str) -> float | None:
 
 def _llm_cache(config: CalibrateConfig) -> str | None:
     """The response cache's path (nothing is created: the cache makes its folder when it opens)."""
-    from ctrlsim.backends.bundled import cache_root
+    from ctrlsim.experiments.units import shared_cache_file
 
-    return str(cache_root() / "calibrate" / "llm-responses.sqlite") if config.cache else None
+    return str(shared_cache_file("calibrate", "llm-responses.sqlite")) if config.cache else None
 
 
 def _steereval_needs_llm(method: str, box: str) -> bool:

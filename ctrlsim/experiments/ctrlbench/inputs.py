@@ -121,11 +121,10 @@ def method_label(method: str) -> str:
 
 
 def cache_file(name: str) -> Path:
-    """A file of this runner's cache folder; nothing is created (the cache creates its folder when it
-    opens, so a run that needs no LLM never touches $CTRLSIM_CACHE)."""
-    from ctrlsim.backends.bundled import cache_root
+    """A file of ctrlbench's shared cache folder (replies and personas; nothing is created)."""
+    from ctrlsim.experiments.units import shared_cache_file
 
-    return cache_root() / "ctrlbench" / name
+    return shared_cache_file("ctrlbench", name)
 
 
 def run_dataset(config):

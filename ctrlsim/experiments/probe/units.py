@@ -5,12 +5,11 @@ import json
 import time
 from typing import Callable
 
-from tqdm import tqdm
-
 from ctrlsim.envs import PopulationEnv, ProbeSpec
 from ctrlsim.errors import PROBE_FAILURES, ConfigError
 from ctrlsim.experiments.probe.config import UNITS, ProbeRunConfig
 from ctrlsim.experiments.runner import ProgressPayload
+from ctrlsim.experiments.units import progress, run_dataset
 
 # ----------------------------------------------------------------------------- the episode
 
@@ -24,7 +23,7 @@ def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, check
     obs, infos = env.reset(seed=seed, options={"roster": roster} if roster is not None else None)
     policies = {a: policy_for(a, env.agent_rngs[a]) for a in env.agents}
     results: dict[int, dict] = {}
-    bar = tqdm(range(1, env.engine.budget + 1), desc="rounds", disable=not show_progress)
+    bar = progress(range(1, env.engine.budget + 1), desc="rounds", show=show_progress)
     for t in bar:
         if not env.agents:
             break
@@ -43,13 +42,12 @@ def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, check
 
 def _black_box(config: ProbeRunConfig):
     """The run's black box, built once per process (the episode and the ceiling share it)."""
-    from ctrlsim.data import load_dataset
     from ctrlsim.experiments.executor import worker_cache
     from ctrlsim.recommenders import make_recommender
 
     options = json.dumps(config.recommender_options, sort_keys=True)
     name = f"probe-run:{config.recommender}:{config.dataset}:{options}"
-    return worker_cache(name, lambda: make_recommender(config.recommender, load_dataset(config.dataset),
+    return worker_cache(name, lambda: make_recommender(config.recommender, run_dataset(config.dataset),
                                                        mask_shown=True, **config.recommender_options))
 
 
@@ -87,7 +85,7 @@ def run_unit(config: ProbeRunConfig, key: str, *, show_progress: bool = False) -
             return {"skipped": f"task {config.task!r} has no target set"}
         env.reset(seed=config.seed)  # the same roster the episode played
         roster = [p.spec for p in env.probes.values()]
-        bar = tqdm(desc="ceiling (states)", disable=not show_progress, unit="state")
+        bar = progress(desc="ceiling (states)", show=show_progress, unit="state")
         ceiling = controllability_ceiling(env.recommender, roster, target,
                                           slate_size=config.resolved_slate_size, budget=config.rounds,
                                           max_states_per_probe=config.ceiling_states,
@@ -105,10 +103,9 @@ def run_unit(config: ProbeRunConfig, key: str, *, show_progress: bool = False) -
 
 def preflight(config: ProbeRunConfig) -> None:
     """What can be checked from the dataset alone, before the black box loads or trains."""
-    from ctrlsim.data import load_dataset
     from ctrlsim.envs.roster import user_order
 
-    ds = load_dataset(config.dataset)
+    ds = run_dataset(config.dataset)
     size = len(ds.items_with_tag(config.target))  # an unknown tag raises DataError naming it
     if config.task == "target-discovery" and size == 0:
         raise ConfigError(f"target {config.target!r} has no items in {ds.name}; choose another tag")

@@ -6,14 +6,13 @@ import json
 from typing import Mapping
 
 from ctrlsim.backends import LLM
-from ctrlsim.data import load_dataset
 from ctrlsim.data.splits import AGE_GROUPS
 from ctrlsim.experiments.config import config_from_dict
 from ctrlsim.experiments.executor import worker_cache
 from ctrlsim.experiments.promptshift.config import GENERATION_CHOICES, PromptShiftConfig
 from ctrlsim.experiments.provenance import software_versions
 from ctrlsim.experiments.runner import RunContext
-from ctrlsim.experiments.units import cached_llm, provide_llm
+from ctrlsim.experiments.units import cached_llm, provide_llm, run_dataset
 from ctrlsim.recommenders.dial import is_dial
 from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
 from ctrlsim.recommenders.promptshift.defaults import (
@@ -33,7 +32,7 @@ def build_data(cfg: PromptShiftConfig) -> PromptShiftData:
                                             cfg.history_len, cfg.min_fit_positives])
 
     def factory() -> PromptShiftData:
-        dataset = load_dataset(cfg.dataset)
+        dataset = run_dataset(cfg.dataset)
         threshold = AUTO if cfg.positive_threshold is None else cfg.positive_threshold
         return PromptShiftData.build(dataset, scenarios=cfg.scenarios, positive_threshold=threshold,
                                      history_len=cfg.history_len, min_fit_positives=cfg.min_fit_positives)
