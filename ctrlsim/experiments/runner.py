@@ -88,6 +88,36 @@ def _no_figures(ctx: RunContext, records: Mapping[str, dict]) -> None:
 
 
 @dataclass(frozen=True)
+class Observation:
+    """A protocol's one observation function and what a caller needs around it: `ctrlsim calibrate`
+    and the audit observe any protocol through this declaration (`Runner.observation`) instead of
+    re-writing its loop or importing its package.
+
+    Each function takes the calibration's config (`cal`: the fields a protocol reads, such as
+    `targets`, `tags`, `users`, `seeds`, `llm`) and one (method, box, seed):
+
+    * `config_for(cal, method, box, seed)`: the protocol's own config for that unit (validated);
+    * `observe(cal, method, box, seed, *, show_progress, llm_cache)`: `{"values": metric ->
+      observation id -> value, "known": ..., "details": ..., "box_identity", "llm", ...}`;
+    * `check(cal, method, box)`: the data checks, before any model loads;
+    * `cache_uses(cal, methods, boxes)`: what the protocol keeps under $CTRLSIM_CACHE itself, and
+      `llms(cal, methods, boxes)`: the LLMs whose replies the caller's response cache keeps;
+    * `check_methods(methods)`, `check_compare(box)`: the methods and compared boxes it takes.
+    """
+
+    config_for: Callable[..., Any]
+    observe: Callable[..., dict]
+    check: Callable[[Any, str, str], None]
+    cache_uses: Callable[[Any, tuple, list], dict]
+    llms: Callable[[Any, tuple, list], list]
+    check_methods: Callable[[tuple], None]
+    check_compare: Callable[[str], None]
+    metrics: tuple[str, ...]  # the first is the one a calibration's resolution and placement use
+    default_methods: tuple[str, ...]
+    dial_kind: str  # the spec prefix of the protocol's reference boxes of known controllability
+
+
+@dataclass(frozen=True)
 class Runner:
     """One protocol's declaration (see the module docstring)."""
 
@@ -126,6 +156,8 @@ class Runner:
     # The protocol's own result beside records and tables (`RunResult.summary`): evolve's final
     # roster, SteerEval's token totals, PromptShift's selected settings.
     summary: Callable[[RunContext, Mapping[str, dict]], dict] | None = None
+    # The protocol's observation function, for calibration and the audit (see `Observation`).
+    observation: Observation | None = None
 
     def out_for(self, options: RunOptions) -> Path:
         return Path(options.out or self.default_out or f"results/{self.name}")

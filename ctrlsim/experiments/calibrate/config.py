@@ -31,7 +31,6 @@ interval. docs/calibration.md says how to read them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
 
 from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
 from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
@@ -46,22 +45,10 @@ from ctrlsim.experiments.config import (
     check_fields,
     option,
 )
-from ctrlsim.recommenders.dial import is_dial
 
 DEFAULT_OUT = "results/calibrate"
 PROTOCOLS = ("ctrlbench", "steereval", "promptshift")
 DEFAULT_DIALS = (0.0, 0.25, 0.5, 0.75, 1.0)
-STEEREVAL_METHODS = ("template", "stronger", "weaker", "llm-append", "llm-rewrite")
-PROMPTSHIFT_METHODS = ("b0", "b1", "b2", "b3")
-DEFAULT_METHODS = {"ctrlbench": ("oracle", "random"), "steereval": ("template", "stronger", "weaker"),
-                   "promptshift": ("b0", "b3")}
-# Each protocol's dial family (the spec prefix of its reference boxes) and its metrics, the first
-# of them the one the resolution, the figure and --compare use.
-DIAL_KIND = {"ctrlbench": "dial", "steereval": "dial-profile", "promptshift": "dial"}
-METRICS = {"ctrlbench": ("coverage", "exposure"), "steereval": ("delta_auc",),
-           "promptshift": ("drift", "slice_shift")}
-STEEREVAL_COMPARE = ("llm", "embedding")
-
 
 @dataclass(frozen=True)
 class CalibrateConfig:
@@ -142,22 +129,7 @@ class CalibrateConfig:
         for method in methods:
             if "|" in method or not method.strip():
                 raise ConfigError(f"methods: {method!r} is empty or contains '|'")
-        if self.protocol == "ctrlbench":
-            from ctrlsim.agents.methods import get_method
-
-            for method in methods:
-                try:
-                    get_method(method)
-                except ConfigError as exc:
-                    raise ConfigError(f"methods: protocol ctrlbench does not take {method!r}: "
-                                      f"{exc}") from None
-            return
-        known = STEEREVAL_METHODS if self.protocol == "steereval" else PROMPTSHIFT_METHODS
-        wrong = [m for m in methods if m not in known]
-        if wrong:
-            raise ConfigError(f"methods: protocol {self.protocol} does not take "
-                              f"{', '.join(map(repr, wrong))}; "
-                              f"its methods are {', '.join(known)}")
+        self.observation.check_methods(methods)
 
     def check_boxes(self) -> None:
         """Every dial box spec parses and every compared box is one the protocol can run."""
@@ -168,27 +140,21 @@ class CalibrateConfig:
         for box in self.compare:
             if "|" in box or not box.strip():
                 raise ConfigError(f"compare: {box!r} is empty or contains '|'")
-            if self.protocol == "ctrlbench":
-                from ctrlsim.recommenders.registry import check_recommender_name
-
-                check_recommender_name(box)
-            elif self.protocol == "steereval" and box not in STEEREVAL_COMPARE:
-                from ctrlsim.recommenders.dial import is_dial
-
-                if not is_dial(box):
-                    raise ConfigError(f"compare: steereval compares its rankers {STEEREVAL_COMPARE} or a "
-                                      f"dial spec, not {box!r}")
-            elif self.protocol == "promptshift":
-                from ctrlsim.backends.spec_check import check_llm_spec
-                from ctrlsim.recommenders.dial import is_dial
-
-                if not is_dial(box):  # an LLM list generator: checked now, not in every unit
-                    check_llm_spec(box, name="compare")
+            self.observation.check_compare(box)
 
     # ------------------------------------------------------------------ derived
     @property
+    def observation(self):
+        """The calibrated protocol's observation function (`ctrlsim.experiments.runner.Observation`)."""
+        from ctrlsim.experiments.runner import get_runner
+
+        observation = get_runner(self.protocol).observation
+        assert observation is not None, f"{self.protocol} declares no observation function"
+        return observation
+
+    @property
     def all_methods(self) -> tuple[str, ...]:
-        return self.methods or DEFAULT_METHODS[self.protocol]
+        return self.methods or self.observation.default_methods
 
     @property
     def grid(self) -> tuple[float, ...]:
@@ -196,12 +162,12 @@ class CalibrateConfig:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        return METRICS[self.protocol]
+        return self.observation.metrics
 
     def dial_box(self, lam: float) -> str:
         from ctrlsim.recommenders.dial import format_lambda
 
-        return ":".join([f"{DIAL_KIND[self.protocol]}:{format_lambda(lam)}", *self.dial_options])
+        return ":".join([f"{self.observation.dial_kind}:{format_lambda(lam)}", *self.dial_options])
 
     def boxes(self) -> list[str]:
         return [*(self.dial_box(lam) for lam in self.grid), *self.compare]
@@ -222,37 +188,6 @@ def parse_unit_key(key: str) -> tuple[str, str, int]:
         raise ConfigError(f"not a calibrate unit key: {key!r} (expected method|box|seed=N)") from None
 
 
-# ----------------------------------------------------------------------------- protocol configs
-
-
-def ctrlbench_config(config: CalibrateConfig, method: str, box: str, seed: int):
-    from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig
-
-    return CtrlBenchConfig(methods=(method,), recommenders=(box,), targets=config.targets, llm=config.llm,
-                           agents=config.agents, rounds=config.rounds, seeds=(seed,),
-                           slate_size=config.slate_size, dataset=config.dataset, cache=config.cache,
-                           decision=config.decision, decision_threshold=config.decision_threshold)
-
-
-def steereval_config(config: CalibrateConfig, method: str, box: str, seed: int):
-    from ctrlsim.experiments.steereval.config import SteerEvalConfig
-
-    return SteerEvalConfig(llm=config.llm, dataset=config.dataset, tags=config.tags, users=config.users,
-                           pool_size=config.pool_size, seed=seed, conditions=("default",))
-
-
-def promptshift_config(config: CalibrateConfig, method: str, box: str, seed: int):
-    from ctrlsim.experiments.promptshift.config import PromptShiftConfig
-
-    llm = config.llm if is_dial(box) else box
-    return PromptShiftConfig(llms=(llm,), dataset=config.dataset, users=config.users, seed=seed,
-                             scenarios=config.scenarios, n_candidates=config.n_candidates, k=config.k)
-
-
-PROTOCOL_CONFIG: dict[str, Callable[..., Any]] = {
-    "ctrlbench": ctrlbench_config, "steereval": steereval_config, "promptshift": promptshift_config}
-
-
 def protocol_config(config: CalibrateConfig, method: str, box: str, seed: int):
     """The protocol runner's own config for one unit (validated as that runner validates it)."""
-    return PROTOCOL_CONFIG[config.protocol](config, method, box, seed)
+    return config.observation.config_for(config, method, box, seed)

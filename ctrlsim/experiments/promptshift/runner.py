@@ -1,7 +1,7 @@
 """The `promptshift` runner: PromptShift Tables 4, 5 and 6 (see `config` for how a run works)."""
 from __future__ import annotations
 
-from ctrlsim.experiments.promptshift import config, report, units
+from ctrlsim.experiments.promptshift import config, observe, report, units
 from ctrlsim.experiments.runner import Runner
 
 RUNNER = Runner(name="promptshift", config_cls=config.PromptShiftConfig,
@@ -10,5 +10,5 @@ RUNNER = Runner(name="promptshift", config_cls=config.PromptShiftConfig,
                 prepare=units.prepare, identity=units.identity, from_identity=units.from_identity,
                 extensible=("config.llms",), llm_fields=("llms",), dial_fields=("llms",),
                 record_fields=("user", "lists"), default_out="results/promptshift", unit_name="users",
-                summary=report.run_summary)
+                summary=report.run_summary, observation=observe.OBSERVATION)
 

@@ -1,0 +1,120 @@
+"""ctrlbench's observation function: one (method, box, seed) of CtrlBench-Rec as calibration data.
+
+`observe` plays the protocol's own episodes (`units.run_episode`), one per target, and returns
+Coverage and Exposure per (seed, target), the known Exposure of a box that ignores its users (a
+dial at lambda 0), what the episodes cost, and each episode's validity decisions. `ctrlsim
+calibrate` and the audit reach it through the runner's declaration (`RUNNER.observation`), never
+by importing this package.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig, episode_key
+from ctrlsim.experiments.ctrlbench.inputs import cache_uses as episode_cache_uses
+from ctrlsim.experiments.ctrlbench.inputs import check_targets, run_box, run_dataset, target_items
+from ctrlsim.experiments.ctrlbench.units import run_episode
+from ctrlsim.experiments.runner import Observation
+from ctrlsim.recommenders.dial import is_dial, parse_dial_spec
+
+
+def config_for(cal: Any, method: str, box: str, seed: int) -> CtrlBenchConfig:
+    """The protocol's own config for one calibration unit (validated as ctrlbench validates it)."""
+    return CtrlBenchConfig(methods=(method,), recommenders=(box,), targets=cal.targets, llm=cal.llm,
+                           agents=cal.agents, rounds=cal.rounds, seeds=(seed,), slate_size=cal.slate_size,
+                           dataset=cal.dataset, cache=cal.cache, decision=cal.decision,
+                           decision_threshold=cal.decision_threshold)
+
+
+def check_methods(methods: tuple[str, ...]) -> None:
+    from ctrlsim.agents.methods import get_method
+
+    for method in methods:
+        try:
+            get_method(method)
+        except ConfigError as exc:
+            raise ConfigError(f"methods: protocol ctrlbench does not take {method!r}: {exc}") from None
+
+
+def check_compare(box: str) -> None:
+    from ctrlsim.recommenders.registry import check_recommender_name
+
+    check_recommender_name(box)
+
+
+def check(cal: Any, method: str, box: str) -> None:
+    """The targets exist and are large enough: no model loads."""
+    cb = config_for(cal, method, box, cal.seeds[0])
+    check_targets(cb, run_dataset(cb))
+
+
+def cache_uses(cal: Any, methods: tuple[str, ...], boxes: list[str]) -> dict[str, str]:
+    """What the episodes keep under $CTRLSIM_CACHE (ctrlbench's own cache)."""
+    uses: dict[str, str] = {}
+    for method in methods:
+        for box in boxes:
+            for part, what in episode_cache_uses(config_for(cal, method, box, cal.seeds[0])).items():
+                uses.setdefault(part, what)
+    return uses
+
+
+def fixed_exposure(base_order, histories, rounds: int, slate_size: int, targets: set[str], item_ids) -> float:
+    """The share of `targets` a box that ignores its users shows them in `rounds` rounds.
+
+    With shown items masked (as ctrlbench runs every box), probe j's slates are the first
+    rounds * slate_size items of the base ranking less its starting history, whatever it likes.
+    """
+    shown: set[str] = set()
+    for history in histories:
+        start = set(history)
+        ranked = (str(item_ids[i]) for i in base_order if str(item_ids[i]) not in start)
+        shown.update(next(ranked) for _ in range(rounds * slate_size))
+    return len(shown & targets) / len(targets)
+
+
+def observe(cal: Any, method: str, box: str, seed: int, *, show_progress: bool = False,
+            llm_cache: str | None = None) -> dict:
+    """Coverage and Exposure (%) per `seed=N/<target>` from one episode per target."""
+    cb = config_for(cal, method, box, seed)
+    dataset = run_dataset(cb)
+    values: dict[str, dict[str, float]] = {"coverage": {}, "exposure": {}}
+    known: dict[str, dict[str, float]] = {}
+    details: dict[str, Any] = {"decisions": 0, "parse_failures": 0, "template_fallbacks": 0,
+                               "dropped_probes": 0, "probes": 0}
+    starts: dict[str, list[list[str]]] = {}
+    identity = llm = None
+    validity: list[dict] = []  # each episode's validity decisions, for the report's card
+    lam = parse_dial_spec(box).lam if is_dial(box) else None
+    for target in cal.targets:
+        # Episode bars only for LLM probes: a scripted episode takes milliseconds.
+        bars = show_progress and method not in ("oracle", "random")
+        record = run_episode(cb, episode_key(method, box, target, seed), show_progress=bars)
+        targets = set(target_items(dataset, target))
+        obs = f"seed={seed}/{target}"
+        values["coverage"][obs] = 100.0 * float(record["curves"]["coverage"][-1])
+        surfaced = {i for p in record["probes"] for r in p["rounds"] if r["source"] == "recommender"
+                    for i in r["slate"]}
+        values["exposure"][obs] = 100.0 * len(surfaced & targets) / len(targets)
+        details["decisions"] += int(record.get("decisions") or 0)
+        details["parse_failures"] += int(record.get("parse_failures") or 0)
+        details["template_fallbacks"] += int(record.get("template_fallbacks") or 0)
+        details["dropped_probes"] += len(record.get("dropped") or {})
+        details["probes"] += int(record["k"])
+        identity, llm = record["box"], record["llm"]
+        validity.append({k: record.get(k)
+                         for k in ("method", "label", "recommender", "target", "seed", "validity")})
+        histories = [list(p["behaviour"]) for p in record["personas"]]
+        starts[obs] = histories
+        if lam == 0.0:
+            recommender = run_box(cb, box)
+            known.setdefault("exposure", {})[obs] = 100.0 * fixed_exposure(
+                recommender.base_order, histories, cb.rounds, record["slate_size"], targets, dataset.item_ids)
+    return {"values": values, "known": known, "details": details, "start_histories": starts,
+            "box_identity": identity, "llm": llm, "episodes_validity": validity}
+
+
+OBSERVATION = Observation(
+    config_for=config_for, observe=observe, check=check, cache_uses=cache_uses, llms=lambda cal, m, b: [],
+    check_methods=check_methods, check_compare=check_compare, metrics=("coverage", "exposure"),
+    default_methods=("oracle", "random"), dial_kind="dial")
