@@ -15,7 +15,7 @@ from ctrlsim.experiments.audit.config import (
     REPORT,
     SUMMARY,
     AuditConfig,
-    parse_overrides,
+    load_overrides,
     plan_subruns,
     subrun_config,
 )
@@ -23,14 +23,22 @@ from ctrlsim.experiments.audit.runner import audit_main
 from ctrlsim.experiments.audit.units import AuditFailedError, run_audit
 from ctrlsim.experiments.config import RunOptions
 
-TINY = ["--set", "ctrlbench", "--methods oracle,random --rounds 3 --seeds 0,1,2",
-        "--set", "calibrate-ctrlbench", "--dials 0,0.5,1"]
+TINY = {"ctrlbench": {"methods": ["oracle", "random"], "rounds": 3, "seeds": [0, 1, 2]},
+        "calibrate-ctrlbench": {"dials": [0, 0.5, 1]}}
+
+
+def config_file(folder: Path, overrides: dict) -> str:
+    """An audit's `--config FILE` holding `overrides` (sub-run name -> its runner's fields)."""
+    path = folder / "audit-config.json"
+    path.write_text(json.dumps(overrides))
+    return str(path)
 
 
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory, ml100k):
     out = tmp_path_factory.mktemp("audit") / "popularity"
-    code = audit_main(["popularity", "--compare", "dial:0.75", "--out", str(out), *TINY])
+    tiny = config_file(out.parent, TINY)
+    code = audit_main(["popularity", "--compare", "dial:0.75", "--out", str(out), "--config", tiny])
     assert code == 0
     return out
 
@@ -139,8 +147,8 @@ def test_a_failed_unit_stops_the_audit_without_a_report(tmp_path, ml100k, monkey
     out = tmp_path / "broken"
     out.mkdir()
     (out / REPORT).write_text("an old report")  # from an earlier audit: must not survive a failure
-    config = AuditConfig(boxes=("audit-broken",), overrides=parse_overrides(
-        [["ctrlbench", "--methods oracle --rounds 1 --seeds 0,1"]]))
+    config = AuditConfig(boxes=("audit-broken",), overrides=load_overrides(config_file(
+        tmp_path, {"ctrlbench": {"methods": ["oracle"], "rounds": 1, "seeds": [0, 1]}})))
     with pytest.raises(AuditFailedError, match="ctrlbench"):
         run_audit(config, RunOptions(out=str(out)), show_progress=False)
     assert not (out / REPORT).exists() and not (out / SUMMARY).exists()
@@ -166,10 +174,10 @@ def test_plan_applies_protocols_by_box():
     assert names(("embedding",)) == ["ctrlbench", "calibrate-ctrlbench", "steereval", "calibrate-steereval"]
     assert names(("llm:qwen2.5-0.5b",)) == ["steereval", "calibrate-steereval", "promptshift",
                                             "calibrate-promptshift"]
-    overrides = parse_overrides([["ctrlbench", "--rounds 6 --seeds 0,1,2,3"]])
+    overrides = {"ctrlbench": {"rounds": 6, "seeds": [0, 1, 2, 3]}}
     plan = {s.name: s for s in plan_subruns(AuditConfig(boxes=("narm", "embedding"), overrides=overrides))}
     cb, cal = plan["ctrlbench"].fields, plan["calibrate-ctrlbench"].fields
-    assert cb["recommenders"] == ("narm", "embedding") and cb["rounds"] == 6 and cb["seeds"] == (0, 1, 2, 3)
+    assert cb["recommenders"] == ("narm", "embedding") and cb["rounds"] == 6 and cb["seeds"] == [0, 1, 2, 3]
     # the calibration uses the same probes, seeds and sizes as the ctrlbench sub-run
     assert (cal["rounds"], cal["seeds"], cal["methods"], cal["compare"]) == (
         6, (0, 1, 2, 3), cb["methods"], ("narm", "embedding"))
@@ -181,15 +189,21 @@ def test_plan_applies_protocols_by_box():
         assert "qwen2.5-0.5b" in (getattr(config, "llms", None) or (config.llm,))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["no-such-box"], "unknown recommender"),
-    (["popularity", "--set", "nothing", "--rounds 2"], "unknown sub-run"),
-    (["popularity", "--set", "ctrlbench", "--no-such-flag 1"], "not flags"),
-    (["popularity", "--compare", "popularity"], "more than once"),
+@pytest.mark.parametrize("argv, overrides, message", [
+    (["no-such-box"], None, "unknown recommender"),
+    (["popularity"], {"nothing": {"rounds": 2}}, "unknown sub-run 'nothing'"),
+    (["popularity"], {"ctrlbench": {"no_such_field": 1}}, "unknown field(s) no_such_field"),
+    (["popularity"], {"ctrlbench": {"recommenders": ["narm"]}}, "recommenders is the audit's own"),
+    (["popularity"], {"calibrate-ctrlbench": {"compare": ["narm"]}}, "compare is the audit's own"),
+    (["popularity"], {"ctrlbench": {"rounds": 0}}, "rounds must be in [1, 10000], got 0"),
+    (["popularity"], [1, 2], "must hold an object"),
+    (["popularity", "--compare", "popularity"], None, "more than once"),
 ])
-def test_bad_values_are_refused_before_anything_runs(argv, message, tmp_path, capsys):
+def test_bad_values_are_refused_before_anything_runs(argv, overrides, message, tmp_path, capsys):
     from ctrlsim.experiments.cli import main
 
+    if overrides is not None:
+        argv = [*argv, "--config", config_file(tmp_path, overrides)]
     assert main(["audit", *argv, "--out", str(tmp_path / "a")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "a").exists()

@@ -13,16 +13,18 @@ from ctrlsim.experiments.audit.runner import audit_main
 
 pytestmark = pytest.mark.llm
 LLM = "smollm2-135m"
-PROBES = ["--llm", LLM, "--set", "ctrlbench", "--rounds 1 --seeds 0,1",
-          "--set", "calibrate-ctrlbench", "--methods oracle,random --dials 0,1"]
-TINY = [*PROBES, "--set", "steereval", "--tags Comedy --users 1",
-        "--set", "calibrate-steereval", "--users 1 --dials 0,1"]
+PROBES = {"ctrlbench": {"rounds": 1, "seeds": [0, 1]},
+          "calibrate-ctrlbench": {"methods": ["oracle", "random"], "dials": [0, 1]}}
+TINY = {**PROBES, "steereval": {"tags": ["Comedy"], "users": 1},
+        "calibrate-steereval": {"users": 1, "dials": [0, 1]}}
 
 
-def _audit(tmp_path_factory, box: str, argv: list[str]):
+def _audit(tmp_path_factory, box: str, overrides: dict):
     pytest.importorskip("llama_cpp", reason='the bundled LLMs need "ctrlsim[llm]"')
     out = tmp_path_factory.mktemp("audit-llm") / box
-    assert audit_main([box, "--out", str(out), *argv]) == 0
+    config = out.parent / "audit-config.json"
+    config.write_text(json.dumps(overrides))
+    assert audit_main([box, "--out", str(out), "--llm", LLM, "--config", str(config)]) == 0
     return out
 
 
@@ -100,6 +102,7 @@ def test_llm_audit_report_in_headless_chromium(audited, tmp_path):
 
 @pytest.mark.slow
 def test_rerun_resumes_every_subrun(audited):
-    assert audit_main(["embedding", "--out", str(audited), *TINY]) == 0
+    config = audited.parent / "audit-config.json"  # the file the first run read (TINY)
+    assert audit_main(["embedding", "--out", str(audited), "--llm", LLM, "--config", str(config)]) == 0
     summary = json.loads((audited / SUMMARY).read_text())
     assert all(entry["ran_now"] == 0 for entry in summary["subruns"].values())

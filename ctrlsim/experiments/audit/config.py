@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
@@ -87,7 +88,7 @@ class AuditConfig:
     llm: str = DEFAULT_PROBE_LLM
     dataset: str = "ml-100k"
     slate_size: int = 3
-    # sub-run name -> config fields that override the size's (from `--set NAME "FLAGS"`)
+    # sub-run name -> config fields that override the size's (from `--config FILE`)
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -99,7 +100,7 @@ class AuditConfig:
             raise ConfigError(f"audit: --size must be one of {', '.join(SIZES)}, got {self.size!r}")
         unknown = sorted(set(self.overrides) - set(SUBRUN_PROTOCOLS))
         if unknown:
-            raise ConfigError(f"audit: --set names unknown sub-run(s) {unknown}; sub-runs: "
+            raise ConfigError(f"audit: --config names unknown sub-run(s) {unknown}; sub-runs: "
                               f"{', '.join(SUBRUN_PROTOCOLS)}")
         llm_boxes = [b for b in self.boxes if is_llm_box(b)]
         if len({llm_spec(b) for b in llm_boxes}) > 1:
@@ -197,33 +198,47 @@ def subrun_config(subrun: SubRun) -> Any:
         raise ConfigError(f"audit sub-run {subrun.name}: {exc}") from None
 
 
-def parse_overrides(pairs: list[list[str]] | None) -> dict[str, dict[str, Any]]:
-    """`--set NAME "FLAGS"` pairs -> sub-run name -> the config fields those flags set.
+# The fields the audit sets itself in each sub-run (the audited boxes, the SteerEval conditions that
+# stand for them): an override file cannot change what is audited.
+OWNED_FIELDS = {"ctrlbench": ("recommenders",), "calibrate-ctrlbench": ("compare", "protocol"),
+                "steereval": ("conditions",), "calibrate-steereval": ("compare", "protocol"),
+                "promptshift": ("llms",), "calibrate-promptshift": ("compare", "protocol")}
 
-    The flags are the sub-run's runner's own (`ctrlsim ctrlbench --help`), parsed by its own parser,
-    so `--set ctrlbench "--rounds 6 --seeds 0,1,2,3"` means what it means on `ctrlsim ctrlbench`."""
-    import shlex
 
-    from ctrlsim.experiments.commands import build_parser
-    from ctrlsim.experiments.config import RunOptions
+def load_overrides(path: str | None) -> dict[str, dict[str, Any]]:
+    """`--config FILE`: a JSON object of sub-run name -> config fields of its runner, e.g.
+    `{"ctrlbench": {"rounds": 6, "seeds": [0, 1, 2, 3]}, "calibrate-ctrlbench": {"dials": [0, 0.5, 1]}}`.
+
+    Field names are the runner's (`ctrlsim ctrlbench --help`, dashes as underscores); an unknown
+    sub-run or field, or a field the audit owns (`OWNED_FIELDS`), is a `ConfigError` naming it."""
+    import json
+
     from ctrlsim.experiments.runner import get_runner
 
-    out: dict[str, dict[str, Any]] = {}
-    run_options = {f.name for f in dataclasses.fields(RunOptions)}
-    for name, flags in pairs or []:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"audit: --config {path!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"audit: --config {path!r} is not JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ConfigError(f"audit: --config {path!r} must hold an object of sub-run name -> fields")
+    for name, fields in data.items():
         if name not in SUBRUN_PROTOCOLS:
-            raise ConfigError(f"audit: --set names unknown sub-run {name!r}; sub-runs: "
+            raise ConfigError(f"audit: --config names unknown sub-run {name!r}; sub-runs: "
                               f"{', '.join(SUBRUN_PROTOCOLS)}")
-        runner = get_runner(SUBRUN_PROTOCOLS[name])
-        try:
-            args = build_parser(runner).parse_args(shlex.split(flags))
-        except SystemExit:
-            raise ConfigError(f"audit: --set {name} {flags!r}: not flags of "
-                              f"`ctrlsim {runner.name}`") from None
-        given = {k: v for k, v in vars(args).items() if k not in run_options and k != "out"}
-        names = {f.name for f in dataclasses.fields(runner.config_cls) if f.init}
-        out.setdefault(name, {}).update({k: v for k, v in given.items() if k in names})
-    return out
+        known = {f.name for f in dataclasses.fields(get_runner(SUBRUN_PROTOCOLS[name]).config_cls) if f.init}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ConfigError(f"audit: --config {name}: unknown field(s) {', '.join(unknown)} of "
+                              f"`ctrlsim {SUBRUN_PROTOCOLS[name]}`")
+        owned = sorted(set(fields) & set(OWNED_FIELDS[name]))
+        if owned:
+            raise ConfigError(f"audit: --config {name}: {', '.join(owned)} is the audit's own (the audited "
+                              "boxes come from BOX and --compare)")
+    return data
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -243,9 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", default="ml-100k", help="dataset name or path [default: ml-100k]")
     parser.add_argument("--slate-size", type=int, default=3,
                         help="items per slate for every box (one scale for the placement) [default: 3]")
-    parser.add_argument("--set", nargs=2, action="append", metavar=("SUBRUN", "FLAGS"), dest="overrides",
-                        help="flags of a sub-run's runner, e.g. "
-                             '--set ctrlbench "--rounds 6 --seeds 0,1,2,3"')
+    parser.add_argument("--config", default=None, metavar="FILE", dest="overrides",
+                        help="a JSON file of sub-run name -> its runner's config fields, e.g. "
+                             '{"ctrlbench": {"rounds": 6, "seeds": [0, 1, 2, 3]}} (docs/audit.md)')
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"audit folder [default: {DEFAULT_OUT}]")
     parser.add_argument("--overwrite", action="store_true", help="move earlier sub-run folders aside")
     parser.add_argument("--executor", default="local", choices=["local", "ray"], help="where units run")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ctrlsim.experiments.audit.config import REPORT, SUMMARY, AuditConfig, build_parser, parse_overrides
+from ctrlsim.experiments.audit.config import REPORT, SUMMARY, AuditConfig, build_parser, load_overrides
 from ctrlsim.experiments.audit.units import AuditFailedError, run_audit
 from ctrlsim.experiments.config import RunOptions
 
@@ -23,7 +23,7 @@ def audit_main(argv: Sequence[str] | None = None) -> int:
     """`ctrlsim audit ...`: exit 0 with a report, 1 when a sub-run failed (no report), 2 for a bad value."""
     args = build_parser().parse_args(argv)
     config = AuditConfig(boxes=(args.box, *args.compare), size=args.size, llm=args.llm, dataset=args.dataset,
-                         slate_size=args.slate_size, overrides=parse_overrides(args.overrides))
+                         slate_size=args.slate_size, overrides=load_overrides(args.overrides))
     options = RunOptions(out=args.out, overwrite=args.overwrite, executor=args.executor,
                          ray_address=args.ray_address, replay=args.replay,
                          allow_code_change=args.allow_code_change)
