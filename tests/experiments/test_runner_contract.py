@@ -1,4 +1,4 @@
-"""The runner contract, checked on every registered runner with its smallest real config.
+"""The runner contract, checked on every registered runner with its own `--preset smoke`.
 
 Per runner: the CLI table and `RUNNERS` agree; the plan is not empty; an LLM server that cannot be
 reached (`http://127.0.0.1:9/v1#m`: nothing listens on port 9) fails the units that need it, so the
@@ -20,27 +20,17 @@ from ctrlsim.experiments.store import read_run_records
 UNREACHABLE = "http://127.0.0.1:9/v1#m"
 MODEL = "smollm2-135m"
 
-# runner -> (flags without the LLM, the LLM flag, planned units, whether the full run is slow)
-CASES: dict[str, tuple[tuple[str, ...], str | None, int, bool]] = {
-    "probe": (("--recommender", "popularity", "--agents", "3", "--rounds", "5", "--target", "War"),
-              None, 2, False),
-    # ctrlbench and calibrate decide with the JSON head: these cases test the driver, and one reply per
-    # slate is the cheapest decision (the question heads are tested in tests/agents/test_probe_validity.py)
-    "ctrlbench": (("--methods", "base-small", "--recommenders", "popularity", "--targets", "War",
-                   "--agents", "1,1", "--rounds", "1", "--seeds", "0,1", "--decision", "json"),
-                  "--llm", 2, False),
-    "steereval": (("--users", "1", "--tags", "Horror", "--pool-size", "2", "--history-len", "3",
-                   "--min-ratings", "4", "--conditions", "default", "--table8-samples", "1"),
-                  "--llm", 2, False),
-    "promptshift": (("--users", "2", "--scenarios", "gender", "--n-candidates", "3", "--k", "2",
-                     "--history-len", "3", "--min-fit-positives", "3"), "--llms", 2, True),
-    "evolve": (("--agents", "2", "--merges", "1", "--rounds-per-merge", "1", "--eval-rounds", "1",
-                "--recommender", "popularity", "--debate-max-tokens", "16", "--merge-max-tokens", "64"),
-               "--llm", 8, True),
-    "calibrate": (("--methods", "base-small", "--dials", "0,1", "--seeds", "0", "--targets", "War",
-                   "--agents", "1,1", "--rounds", "1", "--decision", "json"), "--llm", 2, False),
-    "train-probe": (("--recommender", "popularity", "--timesteps", "64", "--n-steps", "32", "--budget", "4"),
-                    None, 1, False),
+# runner -> (the LLM flag, planned units, whether the full run is slow); each runs its own `--preset
+# smoke` (the smallest real run, declared in its config; ctrlbench and calibrate decide there with the
+# JSON head, the cheapest decision: the question heads are tested in tests/agents/test_probe_validity.py)
+CASES: dict[str, tuple[str | None, int, bool]] = {
+    "probe": (None, 2, False),
+    "ctrlbench": ("--llm", 2, False),
+    "steereval": ("--llm", 2, False),
+    "promptshift": ("--llms", 2, True),
+    "evolve": ("--llm", 8, True),
+    "calibrate": ("--llm", 2, False),
+    "train-probe": (None, 1, False),
 }
 
 
@@ -56,7 +46,8 @@ def test_every_registered_runner_has_a_case_and_a_subcommand():
     for name in RUNNER_MODULES:
         runner = get_runner(name)
         assert runner.name == name and callable(runner.unit_fn)
-        assert (CASES[name][1] is None) == (not runner.llm_fields)
+        assert (CASES[name][0] is None) == (not runner.llm_fields)
+        assert "smoke" in runner.presets, f"{name} declares no smoke preset"
 
 
 def _stored(out: Path) -> dict[str, dict]:
@@ -64,11 +55,12 @@ def _stored(out: Path) -> dict[str, dict]:
 
 
 def _command(name: str, out: Path, llm: str | None) -> list[str]:
-    flags, llm_flag, _, _ = CASES[name]
-    return [name, *flags, *((llm_flag, llm) if llm_flag else ()), "--out", str(out), "--figures", "false"]
+    llm_flag = CASES[name][0]
+    return [name, "--preset", "smoke", *((llm_flag, llm) if llm_flag else ()), "--out", str(out),
+            "--figures", "false"]
 
 
-@pytest.mark.parametrize("name", [n for n, case in CASES.items() if case[1]])
+@pytest.mark.parametrize("name", [n for n, case in CASES.items() if case[0]])
 def test_an_unreachable_llm_fails_the_units_and_stores_nothing_for_them(name, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(_command(name, out, UNREACHABLE)) == 1
@@ -97,8 +89,8 @@ def test_a_unit_that_raises_fails_alone_and_the_rerun_retries_it(tmp_path, capsy
 
 
 def _full_cases():
-    for name, (_, _, _, slow) in CASES.items():
-        marks = [pytest.mark.llm] if CASES[name][1] else []
+    for name, (llm_flag, _, slow) in CASES.items():
+        marks = [pytest.mark.llm] if llm_flag else []
         if slow:
             marks.append(pytest.mark.slow)
         yield pytest.param(name, marks=marks)
@@ -110,7 +102,7 @@ def test_failed_units_are_retried_and_a_finished_run_resumes_to_nothing(name, tm
     from ctrlsim.experiments.driver import drive
 
     out = tmp_path / "run"
-    if CASES[name][1]:
+    if CASES[name][0]:
         assert main(_command(name, out, UNREACHABLE)) == 1
         assert _stored(out) == {}
     # Resuming with another model would mix configs; a failed run stored nothing, so overwrite is not
@@ -118,7 +110,7 @@ def test_failed_units_are_retried_and_a_finished_run_resumes_to_nothing(name, tm
     out = tmp_path / "run-working"
     assert main(_command(name, out, MODEL)) == 0, capsys.readouterr().err[-3000:]
     stored = _stored(out)
-    assert len(stored) == CASES[name][2]
+    assert len(stored) == CASES[name][1]
     lines = (out / "records.jsonl").read_text()
     config, options = parse_command(name, _command(name, out, MODEL)[1:])
     again = drive(get_runner(name), config, options, show_progress=False)

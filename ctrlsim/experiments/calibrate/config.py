@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
-from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
+from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM, SMALLEST_LLM
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     MAX_AGENTS,
@@ -191,3 +191,11 @@ def parse_unit_key(key: str) -> tuple[str, str, int]:
 def protocol_config(config: CalibrateConfig, method: str, box: str, seed: int):
     """The protocol runner's own config for one unit (validated as that runner validates it)."""
     return config.observation.config_for(config, method, box, seed)
+
+
+# `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
+# units): what the runner contract test and a first try use.
+SMOKE_PRESET: dict = {"methods": ("base-small",), "dials": (0.0, 1.0), "seeds": (0,), "targets": ("War",),
+         "agents": (1, 1),
+         "rounds": 1, "decision": "json", "llm": SMALLEST_LLM}
+PRESETS = {"smoke": SMOKE_PRESET}

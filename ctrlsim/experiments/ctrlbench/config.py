@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
-from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
+from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM, SMALLEST_LLM
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     MAX_AGENTS,
@@ -68,7 +68,12 @@ PAPER_PRESET: dict[str, Any] = {
 TASK_CHOICES = ("target-discovery", "profile-shaping", "popularity")
 SMALL_USERS = ("own", "nested")
 CONVERSATIONS = ("memory", "append")
-PRESETS = {"paper": PAPER_PRESET}
+# `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
+# units): what the runner contract test and a first try use.
+SMOKE_PRESET: dict = {"methods": ("base-small",), "recommenders": ("popularity",), "targets": ("War",),
+         "agents": (1, 1),
+         "rounds": 1, "seeds": (0, 1), "decision": "json", "llm": SMALLEST_LLM}
+PRESETS = {"paper": PAPER_PRESET, "smoke": SMOKE_PRESET}
 
 
 

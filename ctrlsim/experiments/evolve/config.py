@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
-from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
+from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM, SMALLEST_LLM
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     MAX_AGENTS,
@@ -134,3 +134,11 @@ class EvolveConfig:
         for _ in range(self.merges):
             sizes.append(-(-sizes[-1] // 2))
         return sizes
+
+
+# `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
+# units): what the runner contract test and a first try use.
+SMOKE_PRESET: dict = {"agents": 2, "merges": 1, "rounds_per_merge": 1, "eval_rounds": 1,
+         "recommender": "popularity",
+         "debate_max_tokens": 16, "merge_max_tokens": 64, "llm": SMALLEST_LLM}
+PRESETS = {"smoke": SMOKE_PRESET}

@@ -9,5 +9,6 @@ RUNNER = Runner(name="evolve", config_cls=config.EvolveConfig, description=confi
                 check=loop.check, prepare=loop.prepare, payload=units.payload,
                 resolved=lambda ctx: {"slate_size": ctx.config.slate}, extensible=config.EXTENSIBLE,
                 llm_fields=("llm",), encoder_fields=("encoder",), default_out=config.DEFAULT_OUT,
-                unit_name="evaluations", summary=report.summary)
+                unit_name="evaluations", summary=report.summary,
+                presets=config.PRESETS)
 

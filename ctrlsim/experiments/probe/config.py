@@ -112,3 +112,9 @@ def from_identity(identity) -> ProbeRunConfig:
     from ctrlsim.experiments.config import config_from_dict
 
     return config_from_dict(ProbeRunConfig, identity)
+
+
+# `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
+# units): what the runner contract test and a first try use.
+SMOKE_PRESET: dict = {"recommender": "popularity", "agents": 3, "rounds": 5, "target": "War"}
+PRESETS = {"smoke": SMOKE_PRESET}

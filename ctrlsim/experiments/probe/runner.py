@@ -7,5 +7,6 @@ from ctrlsim.experiments.runner import Runner, payload_with_progress
 RUNNER = Runner(name="probe", config_cls=config.ProbeRunConfig, description=config.__doc__,
                 unit_fn=units.probe_unit, plan=units.plan, report=report.report, figures=report.figures,
                 check=units.check, payload=payload_with_progress, identity=config.identity,
-                from_identity=config.from_identity, default_out="results/probe")
+                from_identity=config.from_identity, default_out="results/probe",
+                presets=config.PRESETS)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
+from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM, SMALLEST_LLM
 from ctrlsim.backends.specs import parse_spec
 from ctrlsim.data.splits import SCENARIOS
 from ctrlsim.errors import ConfigError
@@ -124,3 +124,10 @@ class PromptShiftConfig:
         d = config_to_dict(self)
         d.pop("llm_cache")
         return d
+
+
+# `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
+# units): what the runner contract test and a first try use.
+SMOKE_PRESET: dict = {"users": 2, "scenarios": ("gender",), "n_candidates": 3, "k": 2, "history_len": 3,
+         "min_fit_positives": 3, "llms": (SMALLEST_LLM,)}
+PRESETS = {"smoke": SMOKE_PRESET}

@@ -10,5 +10,6 @@ RUNNER = Runner(name="promptshift", config_cls=config.PromptShiftConfig,
                 prepare=units.prepare, identity=units.identity, from_identity=units.from_identity,
                 extensible=("config.llms",), llm_fields=("llms",), dial_fields=("llms",),
                 record_fields=("user", "lists"), default_out="results/promptshift", unit_name="users",
-                summary=report.run_summary, observation=observe.OBSERVATION)
+                summary=report.run_summary, observation=observe.OBSERVATION,
+                presets=config.PRESETS)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM
+from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM, SMALLEST_LLM
 from ctrlsim.errors import ConfigError, DataFileError
 from ctrlsim.experiments.config import (
     MAX_ITEMS,
@@ -130,3 +130,10 @@ def open_choices(config: SteerEvalConfig) -> dict[str, str]:
         "Table 8": f"up to {config.table8_samples} default scenarios sampled per cell",
         "profiles": "greedy decoding, up to 256 tokens; ASCII-normalised before ranking",
     }
+
+
+# `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
+# units): what the runner contract test and a first try use.
+SMOKE_PRESET: dict = {"users": 1, "tags": ("Horror",), "pool_size": 2, "history_len": 3, "min_ratings": 4,
+         "conditions": ("default",), "table8_samples": 1, "llm": SMALLEST_LLM}
+PRESETS = {"smoke": SMOKE_PRESET}

@@ -9,5 +9,6 @@ RUNNER = Runner(name="steereval", config_cls=config.SteerEvalConfig, description
                 figures=report.figures, check=units.check, prepare=units.prepare, payload=units.payload,
                 extensible=("conditions",), llm_fields=("llm",), encoder_fields=("encoder",),
                 default_out=config.DEFAULT_OUT, unit_name="episodes", record_fields=config.RECORD_FIELDS,
-                summary=report.run_result, observation=observe.OBSERVATION)
+                summary=report.run_result, observation=observe.OBSERVATION,
+                presets=config.PRESETS)
 

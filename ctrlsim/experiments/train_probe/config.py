@@ -17,3 +17,9 @@ from ctrlsim.agents.rl import TrainProbeConfig  # noqa: F401 - the config lives 
 DEFAULT_OUT = "results/train-probe"
 POLICY_KEY = "policy"
 ROLLING = 50  # episodes in the learning curve's moving average
+
+
+# `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
+# units): what the runner contract test and a first try use.
+SMOKE_PRESET: dict = {"recommender": "popularity", "timesteps": 64, "n_steps": 32, "budget": 4}
+PRESETS = {"smoke": SMOKE_PRESET}

@@ -8,5 +8,6 @@ RUNNER = Runner(name="train-probe", config_cls=config.TrainProbeConfig, descript
                 unit_fn=units.unit, plan=units.plan, check=units.check, prepare=units.prepare,
                 report=report.report, figures=report.figures, encoder_fields=("embedding",),
                 record_fields=("config", "features", "timesteps"), default_out=config.DEFAULT_OUT,
-                unit_name="policies")
+                unit_name="policies",
+                presets=config.PRESETS)
 
