@@ -103,7 +103,10 @@ def _t_quantile(df: int, confidence: float) -> float:
 
 def mean_ci(values: Sequence[float | None], confidence: float = 0.95) -> Estimate:
     """Mean of the defined values with the Student t interval mean ± t_{n-1} s / sqrt(n)
-    (s with ddof=1), as `scipy.stats.t.interval(confidence, n-1, mean, sem)` gives it."""
+    (s with ddof=1), as `scipy.stats.t.interval(confidence, n-1, mean, sem)` gives it. The one
+    mean-and-interval function of the project: every table and figure reads an `Estimate`."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     x = np.asarray([v for v in values if v is not None], dtype=float)
     x = x[~np.isnan(x)]
     if x.size == 0:

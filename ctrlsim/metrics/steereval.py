@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-import numpy as np
-
 from ctrlsim.metrics.ranking import auc_t, coverage_at_k, ndcg_at_k, rank_set
 from ctrlsim.metrics.stats import TTest, paired_t_test
 
@@ -86,23 +84,3 @@ def rejected_tags(records: Iterable[Mapping], max_share: float = 0.25) -> set[st
     """Tags where more than `max_share` of LLM-written edits for either direction were refusals or
     misreadings: SteerEval's Trigger(75) filter ("over one quarter of LLM responses")."""
     return {tag for (tag, _), share in edit_problem_rates(records).items() if share > max_share}
-
-
-def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """(mean, half-width of the t-based confidence interval); half-width 0 for fewer than 2 values.
-
-    The quantile is `scipy.special.stdtrit`, what `scipy.stats.t.ppf` calls, without
-    importing `scipy.stats` (about half a second) on every run.
-    """
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    x = np.asarray(values, dtype=float)
-    x = x[~np.isnan(x)]
-    if x.size == 0:
-        return float("nan"), 0.0
-    if x.size < 2:
-        return float(x.mean()), 0.0
-    from scipy.special import stdtrit  # inverse Student t CDF; lazy, see the docstring
-
-    half = stdtrit(x.size - 1, 0.5 + confidence / 2) * x.std(ddof=1) / np.sqrt(x.size)
-    return float(x.mean()), float(half)

@@ -16,7 +16,7 @@ from scipy import stats
 
 from ctrlsim.metrics import paired_t_test
 from ctrlsim.metrics.controllability import js_divergence
-from ctrlsim.metrics.steereval import mean_ci
+from ctrlsim.metrics.stats import mean_ci
 
 RTOL = 1e-12
 
@@ -89,16 +89,20 @@ def test_unknown_alternative_is_rejected():
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_confidence_half_width_matches_scipy_t_ppf(name, confidence):
     x = SAMPLES[name]
-    mean, half = mean_ci(x, confidence)
+    est = mean_ci(x, confidence)
+    mean, half = est.value, est.half_width
     expected = stats.t.ppf(0.5 + confidence / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size)
     assert mean == pytest.approx(float(np.mean(x)), rel=RTOL)
     assert half == pytest.approx(float(expected), rel=RTOL)
 
 
 def test_confidence_interval_edge_cases():
-    assert mean_ci([]) == (pytest.approx(float("nan"), nan_ok=True), 0.0)
-    assert mean_ci([np.nan, 2.5]) == (2.5, 0.0)  # one value left after dropping NaN: no width
-    assert mean_ci([0.5, 0.5, 0.5]) == (0.5, 0.0)  # no spread, no width
+    empty = mean_ci([])
+    assert empty.n == 0 and math.isnan(empty.value) and math.isnan(empty.low)
+    one = mean_ci([np.nan, 2.5])  # one value left after dropping NaN: no interval
+    assert (one.value, one.n) == (2.5, 1) and math.isnan(one.low) and math.isnan(one.high)
+    flat = mean_ci([0.5, 0.5, 0.5])  # no spread, no width
+    assert (flat.value, flat.low, flat.high) == (0.5, 0.5, 0.5)
     for bad in (0.0, 1.0, 1.5, -0.2):
         with pytest.raises(ValueError, match="confidence"):
             mean_ci([1.0, 2.0], bad)

@@ -14,8 +14,7 @@ from ctrlsim.experiments.steereval.report import (
     token_totals,
 )
 from ctrlsim.metrics import direction_cell, paired_t_test, rejected_tags, steereval_figures
-from ctrlsim.metrics.stats import format_test
-from ctrlsim.metrics.steereval import mean_ci
+from ctrlsim.metrics.stats import format_test, mean_ci
 
 
 def rec(direction, before, after, tag="Horror", kind="genre", condition="default", **extra):
@@ -109,7 +108,8 @@ def test_table8_samples_at_most_the_requested_number():
 
 
 def test_confidence_interval_by_hand():
-    mean, half = mean_ci([1.0, 2.0, 3.0])
+    est = mean_ci([1.0, 2.0, 3.0])
+    mean, half = est.value, est.half_width
     # sd 1, n 3, t(0.975, 2) = 4.302652729911275
     assert mean == 2.0 and half == pytest.approx(4.302652729911275 / math.sqrt(3))
     assert token_totals([{"tokens": {"prompt": 3, "completion": 1}}, {}]) == \

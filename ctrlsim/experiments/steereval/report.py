@@ -12,8 +12,8 @@ from ctrlsim.experiments.config import config_from_dict, config_to_dict
 from ctrlsim.experiments.runner import RunContext
 from ctrlsim.experiments.steereval.config import RECORD_FIELDS, SteerEvalConfig
 from ctrlsim.experiments.steereval.units import CONDITIONS, LLM_WRITTEN, plan
-from ctrlsim.metrics.stats import format_test
-from ctrlsim.metrics.steereval import direction_cell, mean_ci, rejected_tags
+from ctrlsim.metrics.stats import format_test, mean_ci
+from ctrlsim.metrics.steereval import direction_cell, rejected_tags
 from ctrlsim.seeding import derive_rng
 
 # The paper's numbers (Llama-3.1-8B, ML-25M + TMDb, 94 tags x 10 users), shown beside ours.
@@ -225,8 +225,8 @@ def write_figures(folder, records: list[dict]) -> None:
         for shift, direction in ((-width / 2, "increase"), (width / 2, "decrease")):
             stats = [mean_ci([r["delta_auc"] for r in _by(rows, **{groups: g}, direction=direction)])
                      for g in labels]
-            means = [s[0] for s in stats]
-            errors = [s[1] for s in stats]
+            means = [s.value for s in stats]
+            errors = [s.half_width if s.n >= 2 else 0.0 for s in stats]  # no bar from one value
             ax.bar(np.arange(len(labels)) + shift, means, width, yerr=errors, capsize=3, label=direction)
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xticks(np.arange(len(labels)), labels, rotation=45, ha="right")
