@@ -214,6 +214,15 @@ def check_choices(name: str, values: Iterable, choices: Iterable, *, allow_empty
         raise ConfigError(f"{name}: value(s) given more than once: {', '.join(map(repr, repeated))}")
 
 
+def check_known_methods(protocol: str, methods: Iterable[str], known: Iterable[str]) -> None:
+    """Every method is one `protocol` takes (a calibration's or an audit's methods)."""
+    known = list(known)
+    wrong = [m for m in methods if m not in known]
+    if wrong:
+        raise ConfigError(f"methods: protocol {protocol} does not take {', '.join(map(repr, wrong))}; "
+                          f"its methods are {', '.join(known)}")
+
+
 def check_output_dir(path: str | Path) -> None:
     """The run folder can be created and written: checked before any work is done."""
     path = Path(path)

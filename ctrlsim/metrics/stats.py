@@ -6,6 +6,7 @@ every record comes from the cache.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -93,6 +94,13 @@ class Estimate:
     @property
     def half_width(self) -> float:
         return (self.high - self.low) / 2
+
+    def to_dict(self, scale: float = 1.0) -> dict:
+        """As JSON: value, interval and n, each number times `scale`; undefined parts are null."""
+        def num(x: float) -> float | None:
+            return None if x is None or math.isnan(x) else float(x) * scale
+
+        return {"value": num(self.value), "low": num(self.low), "high": num(self.high), "n": int(self.n)}
 
 
 def _t_quantile(df: int, confidence: float) -> float:

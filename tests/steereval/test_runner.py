@@ -179,7 +179,8 @@ def test_ray_executor_gives_the_local_records_and_tokens(tmp_path, smol, monkeyp
     assert remote.failed == {}
 
     def by_key(result):
-        return {f"{r['condition']}/{r['user']}/{r['tag']}/{r['direction']}": r for r in result["records"]}
+        return {f"{r['condition']}/{r['user']}/{r['tag']}/{r['direction']}": r
+                for r in result.summary["records"]}
 
     assert len(local.summary["records"]) == 4  # 2 users x 2 directions
     assert by_key(remote) == by_key(local)

@@ -25,10 +25,7 @@ SMALL_LLMS = tuple(BUNDLED_LLMS)  # every bundled model has 1.5B parameters or f
 
 def est(e: Estimate, scale: float = 1.0) -> dict:
     """An estimate as JSON: value, 95% interval, n (undefined parts are null)."""
-    def num(x: float) -> float | None:
-        return None if x is None or math.isnan(x) else float(x) * scale
-
-    return {"value": num(e.value), "low": num(e.low), "high": num(e.high), "n": int(e.n)}
+    return e.to_dict(scale)
 
 
 def clean(value: Any) -> Any:
@@ -150,48 +147,17 @@ def shown_box(name: str, boxes: Sequence[str]) -> str:
 
 
 def calibration_section(result, boxes: Sequence[str] = ()) -> dict:
-    from ctrlsim.experiments.calibrate import report as cr
-    from ctrlsim.experiments.runner import get_runner
-
-    config = get_runner("calibrate").config_from_identity(result.config)
-    obs = cr.observations(result.records_by_key)
-    curves: dict[str, dict] = {}
-    resolution: dict[str, dict] = {}
+    """The calibration's own numbers (`RunResult.summary`, from its report as data), with each
+    placement named by the audited box it stands for and said in words."""
+    section = dict(result.summary)
     placement: dict[str, dict] = defaultdict(dict)
-    for method in config.all_methods:
-        for metric in config.metrics:
-            by_lambda = cr.curve(config, obs, method, metric)
-            grid = [lam for lam in config.grid if lam in by_lambda]
-            estimates = [mean_ci(list(by_lambda[lam].values())) for lam in grid]
-            curves.setdefault(method, {})[metric] = {"lambda": grid, "estimates": [est(e) for e in estimates]}
-            res = cr.resolution(by_lambda)
-            resolution.setdefault(method, {})[metric] = {
-                "value": res.value, "steps": [{"delta": s.delta, "told_apart": s.told_apart, "pairs": s.pairs,
-                                               "max_p": s.max_p} for s in res.steps]}
-            if metric != config.metrics[0]:
-                continue
-            for box in config.compare:
-                if (method, box) not in obs:
-                    continue
-                box_est = mean_ci(list(obs[(method, box)][metric].values()))
-                if res.value is None:
-                    text, lam = "no scale: the method does not resolve the dial", None
-                else:
-                    text, lam = cr.match_lambda(grid, estimates, box_est)
-                shown = shown_box(box, boxes)
-                words = placement_words(config.protocol, shown, method, text, lam)
-                placement[shown][method] = {"metric": metric, "box": est(box_est), "text": text,
-                                            "lambda": lam, "words": words}
-    known = cr.known_table(config, result.records_by_key, obs)
-    from ctrlsim.experiments import validity_card as VC
-
-    episodes = [e for r in result.records_by_key.values() for e in r.get("episodes_validity", [])]
-    validity = {m: c.to_dict() for m, c in VC.cards(episodes).items()}
-    return {"protocol": config.protocol, "validity": validity, "methods": list(config.all_methods),
-            "metrics": list(config.metrics),
-            "grid": list(config.grid), "seeds": list(config.seeds), "compare": list(config.compare),
-            "curves": curves, "resolution": resolution, "placement": dict(placement),
-            "known_answers": parse_tables(known)[0] if parse_tables(known) else None}
+    for box, by_method in section["placement"].items():
+        shown = shown_box(box, boxes)
+        for method, cell in by_method.items():
+            words = placement_words(section["protocol"], shown, method, cell["text"], cell["lambda"])
+            placement[shown][method] = {**cell, "words": words}
+    section["placement"] = dict(placement)
+    return section
 
 
 # ----------------------------------------------------------------------------- steereval

@@ -192,7 +192,15 @@ def metric_table(config, obs, metric: str, names: Mapping[str, str] | None = Non
     return github_table(rows, header)
 
 
+KNOWN_HEADER = ["Method", "Metric", "Known answer at lambda = 0", "Observed", "Holds"]
+
+
 def known_table(config, records: Mapping[str, dict], obs, names: Mapping[str, str] | None = None) -> str:
+    return github_table(known_rows(config, records, obs, names), KNOWN_HEADER)
+
+
+def known_rows(config, records: Mapping[str, dict], obs, names: Mapping[str, str] | None = None) -> list:
+    """The known-answer table's rows (cells as shown): what a dial at lambda 0 must give, and what it gave."""
     rows = []
     zero = config.grid[0]
     for method in config.all_methods:
@@ -206,7 +214,7 @@ def known_table(config, records: Mapping[str, dict], obs, names: Mapping[str, st
             else:
                 rows.append([_name(names, method), _label(metric), answer[0], answer[1],
                              "yes" if answer[2] else "NO"])
-    return github_table(rows, ["Method", "Metric", "Known answer at lambda = 0", "Observed", "Holds"])
+    return rows
 
 
 def resolution_table(config, obs, names: Mapping[str, str] | None = None) -> str:
@@ -361,3 +369,46 @@ def report(ctx, records) -> str:
 
 def figures(ctx, records) -> None:
     save_figures(ctx.folder, ctx.config, dict(records))
+
+
+def summary(ctx, records) -> dict:
+    """The calibration as data (`RunResult.summary`; the audit reads it): per method and metric the
+    dial curve with its intervals and the resolution; per compared box its placement on the scale;
+    the known answers at lambda 0; each method's validity card."""
+    from ctrlsim.experiments import validity_card as VC
+
+    config, records = ctx.config, dict(records)
+    obs = observations(records)
+    curves: dict[str, dict] = {}
+    resolutions: dict[str, dict] = {}
+    placement: dict[str, dict] = {}
+    for method in config.all_methods:
+        for metric in config.metrics:
+            by_lambda = curve(config, obs, method, metric)
+            grid = [lam for lam in config.grid if lam in by_lambda]
+            estimates = [mean_ci(list(by_lambda[lam].values())) for lam in grid]
+            curves.setdefault(method, {})[metric] = {"lambda": grid,
+                                                      "estimates": [e.to_dict() for e in estimates]}
+            res = resolution(by_lambda)
+            resolutions.setdefault(method, {})[metric] = {
+                "value": res.value, "steps": [{"delta": s.delta, "told_apart": s.told_apart, "pairs": s.pairs,
+                                               "max_p": s.max_p} for s in res.steps]}
+            if metric != config.metrics[0]:
+                continue
+            for box in config.compare:
+                if (method, box) not in obs:
+                    continue
+                box_est = mean_ci(list(obs[(method, box)][metric].values()))
+                if res.value is None:
+                    text, lam = "no scale: the method does not resolve the dial", None
+                else:
+                    text, lam = match_lambda(grid, estimates, box_est)
+                placement.setdefault(box, {})[method] = {"metric": metric, "box": box_est.to_dict(),
+                                                         "text": text, "lambda": lam}
+    known = known_rows(config, records, obs)
+    episodes = [e for r in records.values() for e in r.get("episodes_validity", [])]
+    return {"protocol": config.protocol, "validity": {m: c.to_dict() for m, c in VC.cards(episodes).items()},
+            "methods": list(config.all_methods), "metrics": list(config.metrics), "grid": list(config.grid),
+            "seeds": list(config.seeds), "compare": list(config.compare), "curves": curves,
+            "resolution": resolutions, "placement": placement,
+            "known_answers": {"title": "table", "header": KNOWN_HEADER, "rows": known} if known else None}

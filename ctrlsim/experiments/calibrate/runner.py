@@ -11,6 +11,6 @@ RUNNER = Runner(name="calibrate", config_cls=config.CalibrateConfig, description
                 identity=lambda ctx: config_to_dict(ctx.config),
                 extensible=("methods", "dials", "seeds", "compare"), llm_fields=("llm",),
                 default_out=config.DEFAULT_OUT, unit_name="units",
-                record_fields=("method", "box", "seed", "values"),
+                record_fields=("method", "box", "seed", "values"), summary=report.summary,
                 presets=config.PRESETS)
 

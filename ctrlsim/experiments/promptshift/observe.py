@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.config import check_known_methods
 from ctrlsim.experiments.promptshift.config import PromptShiftConfig
 from ctrlsim.experiments.promptshift.units import build_data, make_engine
 from ctrlsim.experiments.runner import Observation
@@ -26,10 +26,7 @@ def config_for(cal: Any, method: str, box: str, seed: int) -> PromptShiftConfig:
 
 
 def check_methods(methods: tuple[str, ...]) -> None:
-    wrong = [m for m in methods if m not in METHODS]
-    if wrong:
-        raise ConfigError(f"methods: protocol promptshift does not take {', '.join(map(repr, wrong))}; "
-                          f"its methods are {', '.join(METHODS)}")
+    check_known_methods("promptshift", methods, METHODS)
 
 
 def check_compare(box: str) -> None:

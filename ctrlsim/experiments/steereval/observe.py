@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.config import check_known_methods
 from ctrlsim.experiments.executor import worker_cache
 from ctrlsim.experiments.runner import Observation
 from ctrlsim.experiments.steereval.config import SteerEvalConfig
@@ -36,10 +37,7 @@ def config_for(cal: Any, method: str, box: str, seed: int) -> SteerEvalConfig:
 
 
 def check_methods(methods: tuple[str, ...]) -> None:
-    wrong = [m for m in methods if m not in METHODS]
-    if wrong:
-        raise ConfigError(f"methods: protocol steereval does not take {', '.join(map(repr, wrong))}; "
-                          f"its methods are {', '.join(METHODS)}")
+    check_known_methods("steereval", methods, METHODS)
 
 
 def check_compare(box: str) -> None:
