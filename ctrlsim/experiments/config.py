@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import numbers
 import types
@@ -155,7 +156,7 @@ def check_integer(name: str, value) -> None:
 def check_fields(config) -> None:
     """Every declared constraint of `config`'s fields (see `option`), in field order; a bounded
     field typed `int` (or a tuple of them) also holds integers only."""
-    hints = _hints(type(config))
+    hints = _hints(config.__class__)
     for f in dataclasses.fields(config):
         meta = f.metadata
         if not any(key in meta for key in CONSTRAINTS):
@@ -242,8 +243,9 @@ def check_output_dir(path: str | Path) -> None:
 
 # ----------------------------------------------------------------------------- dataclass <-> CLI / JSON
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls)  # once per class: `check_fields` runs on every config made
 
 
 def _unwrap_optional(tp) -> tuple[Any, bool]:

@@ -25,9 +25,9 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ctrlsim.errors import CtrlsimError, RunInterrupted
 from ctrlsim.experiments.config import RunOptions, check_output_dir
@@ -65,8 +65,14 @@ class RunResult:
     ran: int = 0
     seconds: float = 0.0
     context: RunContext | None = field(default=None, repr=False)
-    # The protocol's own result (`Runner.summary`), e.g. evolve's final roster; empty where none.
-    summary: dict = field(default_factory=dict)
+    # Builds the protocol's own result (`Runner.summary`) when `summary` is first read, so a run
+    # whose caller never asks (every CLI run) does not compute it.
+    summarise: Callable[[], dict] | None = field(default=None, repr=False)
+
+    @cached_property
+    def summary(self) -> dict:
+        """The protocol's own result (`Runner.summary`), e.g. evolve's final roster; empty where none."""
+        return self.summarise() if self.summarise is not None else {}
 
     @property
     def ok(self) -> bool:
@@ -234,10 +240,10 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
         if options.figures and records:
             runner.figures(report_ctx, records)
         stored_config = dict(folder.config)
-        summary = runner.summary(report_ctx, records) if runner.summary is not None else {}
+        summarise = partial(runner.summary, report_ctx, records) if runner.summary is not None else None
     return RunResult(runner.name, out, stored_config, records, markdown, failed,
                      planned=len(planned | set(failed)), ran=ran, seconds=time.perf_counter() - started,
-                     context=ctx, summary=summary)
+                     context=ctx, summarise=summarise)
 
 
 def exchange_settings(out: Path, options: RunOptions) -> ExchangeSettings:
