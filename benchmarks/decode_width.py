@@ -13,8 +13,8 @@ evolution loop's decoding (about a third of its time on the 2-core machine) hang
                   with c(w) the per-token cost at width w. The script prints that break-even.
 
 For each model in `--llm` and each width w in `--widths` one LLM is loaded with `n_parallel = w`
-and separate KV streams (as the fastest settings run; flash attention follows
-`CTRLSIM_FLASH_ATTN`), and w prompts of about `--context` tokens (a story request padded with
+and separate KV streams (as the fastest settings run; flash attention follows the spec:
+`--llm qwen2.5-0.5b@flash_attn=1`), and w prompts of about `--context` tokens (a story request padded with
 catalogue text, so attention covers a realistic conversation) are sent twice from an empty
 cache: once for one token and once for `--tokens` sampled tokens. The difference of the two
 wall (and CPU) times over the difference of generated tokens is the decode cost per token,

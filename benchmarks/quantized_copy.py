@@ -9,9 +9,9 @@ first use, `ctrlsim.backends.requantize`):
                     (benchmarks/llm_probe_throughput.py's): with `--conversation memory`, the
                     paper-like memory prompts from an empty KV cache every call; with `append`,
                     growing conversations with KV reuse. Wall and CPU seconds, prompt tokens
-                    evaluated, unusable replies. The runtime settings come from the environment
-                    (CTRLSIM_FLASH_ATTN, CTRLSIM_KV_STREAMS, CTRLSIM_THREADS), so the episode runs
-                    as the run it stands for: without flash attention every token of the default
+                    evaluated, unusable replies. `--runtime` gives every model the same llama.cpp
+                    settings (`flash_attn=1,kv_streams=1`, appended to each spec as `@...`) and
+                    CTRLSIM_THREADS its threads, so the episode runs as the run it stands for: without flash attention every token of the default
                     unified cache attends over all 16 sequences' cells, which no weight type speeds;
   same decisions    round-1 decisions (liked items) equal to the bundled model's, out of K: the
                     first round's prompts are identical, so this is how often the copy decides
@@ -83,9 +83,12 @@ def main() -> None:
                         help="probe prompts of the episode (append: with KV reuse)")
     parser.add_argument("--tokens", type=int, default=512, help="prompt length for the prompt rate")
     parser.add_argument("--repetitions", type=int, default=4)
+    parser.add_argument("--runtime", default="", help="llama.cpp runtime settings for every model, "
+                        "e.g. flash_attn=1,kv_streams=1 (see ctrlsim.backends.llamacpp.profile)")
     args = parser.parse_args()
     dataset = load_dataset("ml-100k")
-    specs = [args.llm] + [f"{args.llm}@{t}" for t in args.types.split(",") if t]
+    settings = f"@{args.runtime}" if args.runtime else ""
+    specs = [f"{args.llm}{settings}"] + [f"{args.llm}@{t}{settings}" for t in args.types.split(",") if t]
     print(f"load average {os.getloadavg()[0]:.2f} before", flush=True)
     rows: list[list] = []
     first_round: dict[str, dict] = {}
@@ -96,7 +99,7 @@ def main() -> None:
         run = episode(llm, dataset, args.agents, args.rounds, seed=0, conversation=args.conversation,
                       reuse=args.conversation == "append")
         first_round[spec] = run["first_actions"]
-        same = sum(first_round[spec][a] == first_round[args.llm].get(a) for a in first_round[spec])
+        same = sum(first_round[spec][a] == first_round[specs[0]].get(a) for a in first_round[spec])
         rated = ratings(llm)
         gap = float(rated[:len(SCIFI)].mean() - rated[len(SCIFI):].mean())
         base_ratings = base_ratings if base_ratings is not None else rated
@@ -114,8 +117,8 @@ def main() -> None:
                                    "same round-1 decisions", "rating gap",
                                    "largest rating change"], floatfmt=".2f"))
     threads = os.environ.get("CTRLSIM_THREADS", "all CPUs")
-    flags = {name: os.environ.get(name, "unset") for name in ("CTRLSIM_FLASH_ATTN", "CTRLSIM_KV_STREAMS")}
-    print(f"\n{args.agents} probes x {args.rounds} rounds, {args.conversation} conversations, {flags}, "
+    print(f"\n{args.agents} probes x {args.rounds} rounds, {args.conversation} conversations, "
+          f"runtime settings {args.runtime or 'the default profile'}, "
           f"threads {threads}; "
           f"load average {os.getloadavg()[0]:.2f} after")
 

@@ -323,3 +323,20 @@ def test_no_protocol_imports_another_protocols_package(graph):
     crossing = sorted(f"{a} imports {b}" for a, b in graph.edges
                       if package_of(a) and package_of(b) and package_of(a) != package_of(b))
     assert not crossing, crossing
+
+
+def test_the_environment_holds_resources_and_secrets_only():
+    """No `CTRLSIM_*` variable may change a recorded number: the library reads the cache folder, the
+    thread count and two tokens, and forwards `CTRLSIM_*` to remote workers as a whole; every
+    setting that changes a reply is in a config or model spec (`backends/llamacpp/profile.py`)."""
+    import re
+
+    allowed = {"CTRLSIM_CACHE", "CTRLSIM_THREADS", "CTRLSIM_RECOMMENDER_TOKEN", "CTRLSIM_SERVE_TOKEN"}
+    found: dict[str, set[str]] = {}
+    for root in ROOTS.values():
+        for path in root.rglob("*.py"):
+            for name in re.findall(r"CTRLSIM_[A-Z0-9_]*", path.read_text(encoding="utf-8")):
+                if name != "CTRLSIM_":  # the prefix itself, as the Ray executor forwards it
+                    found.setdefault(name, set()).add(str(path.relative_to(REPO)))
+    assert set(found) <= allowed, {k: sorted(v) for k, v in found.items() if k not in allowed}
+    assert {"CTRLSIM_CACHE", "CTRLSIM_THREADS"} <= set(found)  # the check reads the real tree

@@ -49,8 +49,11 @@ def split_derived(target: str) -> tuple[str, str] | None:
     if not separator or name not in BUNDLED_LLMS:
         return None
     if quant not in QUANT_TYPES:
-        raise ConfigError(f"{target!r}: unknown quantization {quant!r}; choose from "
-                          f"{', '.join(f'{name}@{q}' for q in QUANT_TYPES)}")
+        from ctrlsim.backends.llamacpp.profile import PROFILES
+
+        raise ConfigError(f"{target!r}: unknown quantization or runtime profile {quant!r}; quantizations: "
+                          f"{', '.join(f'{name}@{q}' for q in QUANT_TYPES)}; profiles: "
+                          f"{', '.join(f'{name}@{p}' for p in PROFILES)}; or runtime settings (@key=value)")
     return name, quant
 
 
@@ -58,7 +61,8 @@ def require_llamacpp(spec: str, runtime: str | None, *, where: str = "") -> None
     """A `ConfigError` (its message prefixed by `where`) when a converted bundled model is asked of
     a runtime other than llama.cpp: the copies are GGUF files only llama.cpp reads."""
     if runtime not in (None, "llamacpp"):
-        raise ConfigError(f"{where}{spec!r}: a converted bundled model (name@type) runs on llama.cpp only")
+        raise ConfigError(f"{where}{spec!r}: converted bundled models (name@type) and runtime settings "
+                          "(@key=value, @profile) run on llama.cpp only; drop the runtime prefix or write llamacpp:")
 
 
 def _marker(path: Path) -> Path:

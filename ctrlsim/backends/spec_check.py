@@ -23,6 +23,12 @@ def check_llm_spec(spec: object, *, name: str = "llm") -> None:
     runtime, target = parse_spec(spec.strip())
     if not target.strip():
         raise ConfigError(f"{name}: spec {spec!r} names the runtime {runtime!r} but no model")
+    from ctrlsim.backends.llamacpp.profile import split_profile
+    from ctrlsim.backends.requantize import require_llamacpp, split_derived
+
+    target, profile = split_profile(target.strip())  # raises for an unknown or malformed setting
+    if profile is not None:
+        require_llamacpp(spec, runtime, where=f"{name}: ")
     if target.startswith(("http://", "https://")):
         if runtime not in (None, "openai", "vllm"):
             raise ConfigError(f"{name}: the {runtime} runtime cannot load a URL ({spec!r})")
@@ -34,8 +40,6 @@ def check_llm_spec(spec: object, *, name: str = "llm") -> None:
         raise ConfigError(f"{name}: the openai runtime needs an http(s) URL, got {spec!r}")
     if target in BUNDLED_LLMS:
         return
-    from ctrlsim.backends.requantize import require_llamacpp, split_derived
-
     if split_derived(target) is not None:  # raises for an unknown quantization type
         require_llamacpp(spec, runtime, where=f"{name}: ")
         return
@@ -61,7 +65,10 @@ def llm_cache_uses(spec: str | None) -> dict[str, str]:
 
     if not isinstance(spec, str):
         return {}
+    from ctrlsim.backends.llamacpp.profile import split_profile
+
     _, target = parse_spec(spec.strip())
+    target, _ = split_profile(target)
     if target in BUNDLED_LLMS:
         return {"models": f"the bundled LLM {target} (assembled or verified once)"}
     from ctrlsim.backends.requantize import split_derived

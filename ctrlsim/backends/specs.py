@@ -6,6 +6,9 @@ Spec grammar: `[runtime:]target`
            name converted by llama.cpp (`qwen2.5-0.5b@bf16`, `@q4_0`, `@q8_0`:
            `ctrlsim.backends.requantize`), a GGUF file, a Hugging Face folder,
            a hub id, or (openai) a base URL with an optional "#model" suffix.
+  @...     llama.cpp runtime settings after the model (`qwen2.5-0.5b@kv_reuse=1,n_parallel=4`,
+           a profile such as `@exact`): see `ctrlsim.backends.llamacpp.profile`. They are part
+           of the spec, so a config records them; no environment variable sets them.
 Without a runtime: bundled names (converted or not) and .gguf files use
 llama.cpp, http(s) URLs the OpenAI-compatible client, folders and hub ids
 transformers.
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from ctrlsim.backends.bundled import BUNDLED_LLMS, DEFAULT_LLM, bundled_llm_path
 from ctrlsim.backends.cache import ResponseCache
+from ctrlsim.backends.llamacpp.profile import DEFAULT_PROFILE, PROFILES, split_profile
 from ctrlsim.backends.llm import LLM
 from ctrlsim.backends.meter import TokenMeter
 from ctrlsim.backends.requantize import derived_llm_path, require_llamacpp, split_derived
@@ -37,14 +41,6 @@ def _env_int(name: str, default: int, low: int, bound: str) -> int:
     return number
 
 
-def _env_flag(name: str, default: bool) -> bool:
-    """The switch in $name: 1 on, 0 off (`default` when unset); anything else is an error."""
-    value = os.environ.get(name, "1" if default else "0").strip()
-    if value not in ("0", "1"):
-        raise ConfigError(f"{name} must be 0 or 1, got {value!r}")
-    return value == "1"
-
-
 def available_cpus() -> int:
     """The CPUs this process may run on (its affinity mask where the OS has one)."""
     try:
@@ -58,53 +54,6 @@ def default_threads() -> int:
     own choice). On a machine other jobs share, set CTRLSIM_THREADS=1: threads that wait for a busy
     core spin instead of yielding it."""
     return _env_int("CTRLSIM_THREADS", available_cpus(), 1, ">= 1")
-
-
-def default_gpu_layers() -> int:
-    """Layers llama.cpp offloads to a GPU: $CTRLSIM_GPU_LAYERS (-1: all), else 0 (CPU only)."""
-    return _env_int("CTRLSIM_GPU_LAYERS", 0, -1, "-1 (all layers) or >= 0")
-
-
-def default_kv_reuse() -> bool:
-    """Whether llama.cpp keeps KV prefixes between calls: $CTRLSIM_KV_REUSE (1; or 0, the default:
-    every call starts from an empty KV cache, so an uncached seeded reply replays exactly)."""
-    return _env_flag("CTRLSIM_KV_REUSE", False)
-
-
-def default_flash_attn() -> bool:
-    """Whether llama.cpp uses flash attention: $CTRLSIM_FLASH_ATTN (1; or 0, the default). Its CPU
-    kernel skips the KV cells a sequence does not see, so a cache shared by many sequences (KV
-    reuse, long batches) costs each decode only its own cells; it rounds differently, so it stays
-    off unless asked for and the default numerics are those of earlier runs."""
-    return _env_flag("CTRLSIM_FLASH_ATTN", False)
-
-
-def default_kv_host_mb() -> int:
-    """Host memory (MiB) for KV states parked beside a reused cache: $CTRLSIM_KV_HOST_MB (default
-    2048; 0: no stash, sequences stay in the KV cache until evicted). Used only with KV reuse."""
-    return _env_int("CTRLSIM_KV_HOST_MB", 2048, 0, ">= 0")
-
-
-def default_n_ctx() -> int:
-    """Tokens one llama.cpp conversation may hold, prompt and reply: $CTRLSIM_N_CTX (default
-    `llamacpp.DEFAULT_N_CTX`)."""
-    from ctrlsim.backends.llamacpp.llm import DEFAULT_N_CTX
-
-    return _env_int("CTRLSIM_N_CTX", DEFAULT_N_CTX, 256, ">= 256")
-
-
-def default_kv_streams() -> bool:
-    """Whether llama.cpp gives every parallel sequence a KV stream of its own: $CTRLSIM_KV_STREAMS
-    (1; or 0, the default: one unified cache). With streams a token attends only over its own
-    sequence's cells; batches are sliced differently, so logits move by batching noise, and it
-    stays off unless asked for."""
-    return _env_flag("CTRLSIM_KV_STREAMS", False)
-
-
-def default_parallel() -> int:
-    """Sequences llama.cpp decodes side by side: $CTRLSIM_N_PARALLEL (default 16; 1 gives the
-    sequential paths, every reply from a fresh KV cache whatever else the batch holds)."""
-    return _env_int("CTRLSIM_N_PARALLEL", 16, 1, ">= 1")
 
 
 def parse_spec(spec: str) -> tuple[str | None, str]:
@@ -126,8 +75,9 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
     if isinstance(cache, (str, Path)):
         cache = ResponseCache(cache)
     threads = threads or default_threads()
+    target, profile = split_profile(target)
     derived = split_derived(target)
-    if derived is not None:
+    if derived is not None or profile is not None:
         require_llamacpp(spec, runtime)
     if runtime is None:
         if target in BUNDLED_LLMS or derived is not None or target.endswith(".gguf"):
@@ -140,13 +90,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
     if runtime == "llamacpp":
         from ctrlsim.backends.llamacpp.llm import LlamaCppLLM
 
-        options.setdefault("n_gpu_layers", default_gpu_layers())
-        options.setdefault("kv_reuse", default_kv_reuse())
-        options.setdefault("n_parallel", default_parallel())
-        options.setdefault("flash_attn", default_flash_attn())
-        options.setdefault("kv_host_mb", default_kv_host_mb())
-        options.setdefault("kv_streams", default_kv_streams())
-        options.setdefault("n_ctx", default_n_ctx())
+        options = {**(profile or PROFILES[DEFAULT_PROFILE]).options(), **options}
 
         if target in BUNDLED_LLMS:
             return LlamaCppLLM(bundled_llm_path(target), model_id=target, sha256=BUNDLED_LLMS[target].sha256,

@@ -16,20 +16,16 @@ from ctrlsim.experiments.evolve.config import EvolveConfig
 pytestmark = [pytest.mark.llm, pytest.mark.slow]
 
 
-@pytest.fixture(autouse=True)
-def sequential_llama_cpp(monkeypatch):
-    """Bit-identical artefacts need each reply to depend on its own prompt alone: the local run
-    batches every cluster's debate turns together, Ray runs each cluster apart, and batched
-    sequences differ by floating-point noise that can move a sampled token (docs/scale-out.md).
-    One sequence at a time from a fresh KV cache (the Ray executor passes $CTRLSIM_* on)."""
-    monkeypatch.setenv("CTRLSIM_N_PARALLEL", "1")
-
 CONFIG = EvolveConfig(
     agents=5,  # k = 3 clusters: at least one debates, and with 5 probes one may be a single (filter)
     merges=1,
     rounds_per_merge=1,
     eval_rounds=0,
-    llm="smollm2-135m",
+    # Bit-identical artefacts need each reply to depend on its own prompt alone: the local run
+    # batches every cluster's debate turns together, Ray runs each cluster apart, and batched
+    # sequences differ by floating-point noise that can move a sampled token (docs/scale-out.md).
+    # So one sequence at a time from a fresh KV cache, a setting the spec carries to every worker.
+    llm="smollm2-135m@n_parallel=1",
     recommender="embedding",
     target=("Film-Noir",),
     seed=3,

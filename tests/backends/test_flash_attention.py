@@ -11,26 +11,12 @@ PROMPTS = [[{"role": "user", "content": text}] for text in (
     "Repeat exactly: the quick brown fox")]
 
 
-def test_the_switch_is_read_from_the_environment(monkeypatch):
-    from ctrlsim.backends.specs import default_flash_attn
-
-    monkeypatch.delenv("CTRLSIM_FLASH_ATTN", raising=False)
-    assert default_flash_attn() is False  # off unless asked for: default numerics stay as they were
-    monkeypatch.setenv("CTRLSIM_FLASH_ATTN", "1")
-    assert default_flash_attn() is True
-    for bad in ("yes", "2"):
-        monkeypatch.setenv("CTRLSIM_FLASH_ATTN", bad)
-        with pytest.raises(ConfigError, match="CTRLSIM_FLASH_ATTN must be 0 or 1"):
-            default_flash_attn()
-
-
 @pytest.mark.llm
 def test_flash_attention_reaches_both_contexts_and_is_recorded_only_when_on(monkeypatch):
     pytest.importorskip("llama_cpp")
     import llama_cpp
 
-    monkeypatch.setenv("CTRLSIM_FLASH_ATTN", "1")
-    on = load_llm("smollm2-135m")
+    on = load_llm("smollm2-135m@flash_attn=1")
     off = load_llm("smollm2-135m", flash_attn=False)
     try:
         assert on.identity["flash_attn"] is True and "flash_attn" not in off.identity

@@ -205,20 +205,6 @@ def test_a_slot_a_prompt_starts_from_keeps_only_that_prefix_and_is_parked_in_ful
     assert len(kv.cells) == 3
 
 
-def test_the_host_stash_budget_comes_from_the_environment_and_is_checked(monkeypatch):
-    from ctrlsim.backends.specs import default_kv_host_mb
-    from ctrlsim.errors import ConfigError
-
-    monkeypatch.delenv("CTRLSIM_KV_HOST_MB", raising=False)
-    assert default_kv_host_mb() == 2048
-    monkeypatch.setenv("CTRLSIM_KV_HOST_MB", "0")
-    assert default_kv_host_mb() == 0
-    for bad in ("-1", "lots"):
-        monkeypatch.setenv("CTRLSIM_KV_HOST_MB", bad)
-        with pytest.raises(ConfigError, match="CTRLSIM_KV_HOST_MB"):
-            default_kv_host_mb()
-
-
 def test_groups_for_restored_sequences_count_every_prompt_whole():
     from ctrlsim.backends.llamacpp.parallel import plan_groups
 

@@ -182,19 +182,6 @@ def test_many_rounds_of_a_population_stay_consistent():
     assert total == len(SYSTEM) + 16 + 4 * 16 * 2
 
 
-def test_the_switch_is_read_from_the_environment_and_off_by_default(monkeypatch):
-    from ctrlsim.backends.specs import default_kv_streams
-
-    monkeypatch.delenv("CTRLSIM_KV_STREAMS", raising=False)
-    assert default_kv_streams() is False  # default numerics stay those of the unified cache
-    monkeypatch.setenv("CTRLSIM_KV_STREAMS", "1")
-    assert default_kv_streams() is True
-    for bad in ("yes", "2"):
-        monkeypatch.setenv("CTRLSIM_KV_STREAMS", bad)
-        with pytest.raises(ConfigError, match="CTRLSIM_KV_STREAMS must be 0 or 1"):
-            default_kv_streams()
-
-
 def test_a_refused_load_falls_back_to_the_scratch_stream_for_every_member_that_wanted_it():
     pool, kv = make()
     pool.begin_call()

@@ -92,27 +92,13 @@ def test_threads_env_is_validated(monkeypatch):
     assert default_threads() == len(os.sched_getaffinity(0))  # every CPU the process may use
 
 
-def test_gpu_layers_env_is_validated(monkeypatch):
-    from ctrlsim.backends.specs import default_gpu_layers
-
-    monkeypatch.delenv("CTRLSIM_GPU_LAYERS", raising=False)
-    assert default_gpu_layers() == 0
-    monkeypatch.setenv("CTRLSIM_GPU_LAYERS", "-1")
-    assert default_gpu_layers() == -1
-    for bad in ("all", "-2"):
-        monkeypatch.setenv("CTRLSIM_GPU_LAYERS", bad)
-        with pytest.raises(ConfigError, match="CTRLSIM_GPU_LAYERS"):
-            default_gpu_layers()
-
-
 @pytest.mark.llm
 def test_gpu_offload_on_a_cpu_build_is_a_config_error(monkeypatch):
     """Asking a CPU build of llama.cpp for GPU layers fails loudly instead of running on the CPU."""
     llama_cpp = pytest.importorskip("llama_cpp")
     if llama_cpp.llama_supports_gpu_offload():
         pytest.skip("this llama-cpp-python is a GPU build")
-    monkeypatch.setenv("CTRLSIM_GPU_LAYERS", "-1")
-    llm = load_llm("smollm2-135m")
+    llm = load_llm("smollm2-135m@n_gpu_layers=-1")
     assert llm.identity["gpu_layers"] == -1
     with pytest.raises(ConfigError, match="CPU build"):
         llm.chat([[{"role": "user", "content": "Say hi."}]], max_tokens=2)

@@ -160,12 +160,11 @@ def test_ray_executor_gives_the_local_records_and_tokens(tmp_path, smol, monkeyp
         ray = import_ray()
     except MissingDependencyError as exc:
         pytest.skip(str(exc))
-    # Bit-identical records need every call's result to depend on that call alone: KV reuse off
-    # (the Ray executor passes $CTRLSIM_* to its workers). With reuse on, a unit whose shared
-    # profile came from the cache holds another KV state than one that wrote it, and the two
-    # executors agree up to batching noise (docs/scale-out.md).
-    monkeypatch.setenv("CTRLSIM_KV_REUSE", "0")
-    cfg = SteerEvalConfig(llm="smollm2-135m", users=2, tags=("Horror",), pool_size=10, history_len=8,
+    # Bit-identical records need every call's result to depend on that call alone: the `exact`
+    # runtime profile (KV reuse off), which the spec carries to every worker. With reuse on, a unit
+    # whose shared profile came from the cache holds another KV state than one that wrote it, and
+    # the two executors agree up to batching noise (docs/scale-out.md).
+    cfg = SteerEvalConfig(llm="smollm2-135m@exact", users=2, tags=("Horror",), pool_size=10, history_len=8,
                             conditions=("default",))
     local = ctrlsim.run("steereval", config=cfg, options=RunOptions(out=str(tmp_path / "local")),
                         show_progress=False, raise_on_failure=False)

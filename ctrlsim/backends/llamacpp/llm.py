@@ -30,6 +30,7 @@ from ctrlsim.backends.llm import (
     DigitScores,
     GenerationParams,
 )
+from ctrlsim.backends.llamacpp.profile import DEFAULT_PROFILE, PROFILES
 from ctrlsim.backends.token_scores import choice_token_ids, digit_logprobs_from_logits, digit_token_ids
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelError, PromptTooLongError
 from ctrlsim.lazy import lazy
@@ -51,10 +52,7 @@ def _import_llama_cpp():
 
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context can hold
-# Default prompt-plus-reply limit of one conversation: a merge of a large cluster at the paper's size
-# (100 -> 50 -> 25 probes) has prompts past 4,096 tokens. The bundled models train on 8k (SmolLM2)
-# and 32k (Qwen2.5) contexts.
-DEFAULT_N_CTX = 8192
+_DEFAULTS = PROFILES[DEFAULT_PROFILE]
 # Default KV cells of the unified parallel context, shared by all its sequences.
 PARALLEL_CELLS = 16384
 
@@ -63,11 +61,13 @@ class LlamaCppLLM(LLM):
     runtime = "llama.cpp"
     supports_json_schema = True  # llama.cpp compiles a JSON Schema into a GBNF grammar
 
-    def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = DEFAULT_N_CTX,
-                 n_threads: int = 1, n_batch: int = 512, sha256: str | None = None, n_parallel: int = 16,
-                 parallel_ctx: int | None = None, n_gpu_layers: int = 0, kv_reuse: bool = False,
-                 kv_slots: int | None = None, flash_attn: bool = False, kv_host_mb: int = 2048,
-                 kv_streams: bool = False, **kwargs):
+    # The runtime settings default to those of the default profile (`profile.RuntimeProfile`).
+    def __init__(self, model_path: str | Path, *, model_id: str | None = None, n_ctx: int = _DEFAULTS.n_ctx,
+                 n_threads: int = 1, n_batch: int = 512, sha256: str | None = None,
+                 n_parallel: int = _DEFAULTS.n_parallel, parallel_ctx: int | None = None,
+                 n_gpu_layers: int = _DEFAULTS.n_gpu_layers, kv_reuse: bool = _DEFAULTS.kv_reuse,
+                 kv_slots: int | None = None, flash_attn: bool = _DEFAULTS.flash_attn,
+                 kv_host_mb: int = _DEFAULTS.kv_host_mb, kv_streams: bool = _DEFAULTS.kv_streams, **kwargs):
         if importlib.util.find_spec("llama_cpp") is None:  # reported now; imported on the first call
             raise MissingDependencyError("llama_cpp", "llm", "GGUF models")
         model_path = Path(model_path)
@@ -213,7 +213,7 @@ class LlamaCppLLM(LLM):
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
         if len(tokens) >= self.n_ctx:
             raise PromptTooLongError(f"prompt of {len(tokens)} tokens does not fit the context of "
-                                     f"{self.n_ctx}; raise n_ctx ($CTRLSIM_N_CTX) or shorten the prompt")
+                                     f"{self.n_ctx}; raise n_ctx (a spec setting: @n_ctx=16384) or shorten the prompt")
         return tokens
 
     def grammar_for(self, schema_text: str):
