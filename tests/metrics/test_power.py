@@ -1,0 +1,25 @@
+"""The minimum detectable effect of a paired t test, against statsmodels' power solver."""
+import math
+
+import pytest
+
+from ctrlsim.metrics.power import minimum_detectable_effect, paired_power
+
+
+@pytest.mark.parametrize("n", [3, 5, 10, 40])
+@pytest.mark.parametrize("power", [0.8, 0.9])
+def test_the_mde_is_statsmodels_effect_size_times_the_spread(n, power):
+    from statsmodels.stats.power import TTestPower
+
+    d = TTestPower().solve_power(nobs=n, alpha=0.05, power=power, alternative="two-sided")
+    assert minimum_detectable_effect(2.5, n, power=power) == pytest.approx(2.5 * d, rel=1e-4)
+
+
+def test_large_samples_approach_the_normal_formula_and_power_is_monotone():
+    assert minimum_detectable_effect(1.0, 10_000) == pytest.approx((1.959964 + 0.841621) / 100, rel=1e-3)
+    assert paired_power(0.1, 1.0, 10) < paired_power(0.5, 1.0, 10) < paired_power(1.0, 1.0, 10)
+
+
+def test_undefined_and_degenerate_spreads():
+    assert math.isnan(minimum_detectable_effect(1.0, 1)) and math.isnan(minimum_detectable_effect(float("nan"), 5))
+    assert minimum_detectable_effect(0.0, 5) == 0.0
