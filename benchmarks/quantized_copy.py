@@ -11,8 +11,9 @@ first use, `ctrlsim.backends.requantize`):
                     growing conversations with KV reuse. Wall and CPU seconds, prompt tokens
                     evaluated, unusable replies. `--runtime` gives every model the same llama.cpp
                     settings (`flash_attn=1,kv_streams=1`, appended to each spec as `@...`) and
-                    CTRLSIM_THREADS its threads, so the episode runs as the run it stands for: without flash attention every token of the default
-                    unified cache attends over all 16 sequences' cells, which no weight type speeds;
+                    CTRLSIM_THREADS its threads, so the episode runs as the run it stands for:
+                    without flash attention every token of the default unified cache attends
+                    over all 16 sequences' cells, which no weight type speeds;
   same decisions    round-1 decisions (liked items) equal to the bundled model's, out of K: the
                     first round's prompts are identical, so this is how often the copy decides
                     as the original does on the same input;

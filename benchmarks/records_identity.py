@@ -8,8 +8,9 @@ apart from timing fields. Each runner runs as a user runs it,
 the smallest bundled LLM (`smollm2-135m`) and the bundled `minilm` encoder, with
 `CTRLSIM_THREADS=1` (and one thread for OpenMP/MKL/torch) and a fresh, private `$CTRLSIM_CACHE` per
 runner and side: cached LLM replies, personas or item embeddings of one side can never answer for
-the other (ctrlbench caches replies and personas in `$CTRLSIM_CACHE/ctrlbench`; evolve and steereval
-in their run folder, which is fresh too; promptshift runs uncached). The configs are flags written
+the other (before the unit context, ctrlbench cached replies and personas in
+`$CTRLSIM_CACHE/ctrlbench` and promptshift ran uncached; since, every runner caches them in its run
+folder, which is fresh too). The configs are flags written
 here, not the runners' `--preset smoke`: a ref commit from before the presets existed (or with other
 preset values) must run the very same config as the working tree.
 

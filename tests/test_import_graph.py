@@ -303,7 +303,7 @@ def test_the_default_llms_name_has_one_home():
 
 def test_protocol_modules_leave_resources_to_the_framework():
     """A protocol folder loads no dataset or model itself, chooses no cache path, draws no progress
-    bar and reads no environment: the framework (`ctrlsim.experiments.units`) does these once."""
+    bar and reads no environment: the framework (`ctrlsim.experiments.context`) does these once."""
     root = REPO / "ctrlsim" / "experiments"
     found = sorted(f"{path.relative_to(REPO)}: {word}" for p in protocol_packages()
                    for path in (root / p).glob("*.py")
@@ -340,3 +340,43 @@ def test_the_environment_holds_resources_and_secrets_only():
                     found.setdefault(name, set()).add(str(path.relative_to(REPO)))
     assert set(found) <= allowed, {k: sorted(v) for k, v in found.items() if k not in allowed}
     assert {"CTRLSIM_CACHE", "CTRLSIM_THREADS"} <= set(found)  # the check reads the real tree
+
+
+# What only the framework's unit context (`ctrlsim.experiments.context`) calls: the worker cache, the
+# loaders of datasets, boxes and models, and response-cache files. Names, not words: help texts may
+# name `make_recommender` or a `load_llm` spec.
+ACQUISITION = frozenset({"worker_cache", "run_dataset", "cached_dataset", "cached_llm", "provide_llm",
+                         "shared_cache_file", "load_llm", "load_encoder", "resolve_llm", "resolve_encoder",
+                         "make_recommender", "ResponseCache", "cache_dir"})
+
+
+def acquisition_names(tree: ast.AST) -> list[tuple[str, int]]:
+    """(name, line) of every use or import of an ACQUISITION name in a module."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in ACQUISITION:
+            found.append((node.id, node.lineno))
+        elif isinstance(node, ast.Attribute) and node.attr in ACQUISITION:
+            found.append((node.attr, node.lineno))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.extend((a.name.rpartition(".")[2], node.lineno) for a in node.names
+                         if a.name.rpartition(".")[2] in ACQUISITION)
+    return found
+
+
+def test_acquisition_names_are_found_as_calls_imports_and_attributes_not_as_prose():
+    tree = ast.parse('"""uses make_recommender"""\nfrom ctrlsim.experiments.units import worker_cache\n'
+                     'import ctrlsim.backends.load_llm\nx = units.cached_llm("a")\nhelp = "a load_llm spec"\n'
+                     'y = make_recommender\n')
+    assert sorted(acquisition_names(tree)) == [("cached_llm", 4), ("load_llm", 3), ("make_recommender", 6),
+                                               ("worker_cache", 2)]
+
+
+def test_protocol_modules_acquire_everything_through_the_unit_context():
+    """No protocol module reaches the worker cache, a loader or a cache file itself: its units and
+    hooks go through `UnitContext` (one acquisition path, one key format, one cache policy)."""
+    root = REPO / "ctrlsim" / "experiments"
+    found = sorted(f"{path.relative_to(REPO)}:{line}: {name}" for p in protocol_packages()
+                   for path in (root / p).glob("*.py")
+                   for name, line in acquisition_names(ast.parse(path.read_text(encoding="utf-8"))))
+    assert not found, found

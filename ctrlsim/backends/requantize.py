@@ -62,7 +62,8 @@ def require_llamacpp(spec: str, runtime: str | None, *, where: str = "") -> None
     a runtime other than llama.cpp: the copies are GGUF files only llama.cpp reads."""
     if runtime not in (None, "llamacpp"):
         raise ConfigError(f"{where}{spec!r}: converted bundled models (name@type) and runtime settings "
-                          "(@key=value, @profile) run on llama.cpp only; drop the runtime prefix or write llamacpp:")
+                          "(@key=value, @profile) run on llama.cpp only; drop the runtime prefix or write "
+                          "llamacpp:")
 
 
 def _marker(path: Path) -> Path:

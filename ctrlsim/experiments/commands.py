@@ -75,9 +75,20 @@ def config_from_cli(runner: Runner, args: argparse.Namespace) -> Any:
     return config_from_args(runner.config_cls, args, **{k: v for k, v in base.items() if k not in given})
 
 
+# Flags that are gone, and what to give instead (a clearer error than argparse's "unrecognized").
+RETIRED_FLAGS = {
+    "--llm-cache": "LLM replies are kept in the run folder (llm-cache.sqlite); to share them between "
+                   "runs give the run option --shared-cache DIR",
+}
+
+
 def parse_command(name: str, argv: Sequence[str] | None = None) -> tuple[Any, RunOptions]:
     """(config, run options) of `ctrlsim <name> <argv>`; every value is checked, nothing is loaded."""
     runner = get_runner(name)
+    for arg in sys.argv[1:] if argv is None else argv:
+        flag = arg.split("=", 1)[0]
+        if flag in RETIRED_FLAGS:
+            raise ConfigError(f"{flag} is no longer a flag of ctrlsim {name}: {RETIRED_FLAGS[flag]}")
     args = build_parser(runner).parse_args(argv)
     return config_from_cli(runner, args), config_from_args(RunOptions, args)
 

@@ -61,6 +61,9 @@ class RunOptions:
                                                      "choices": list(EXECUTORS)})
     ray_address: str | None = field(default=None, metadata={
         "help": "Ray cluster: 'auto' or host:port (default: a local Ray started in-process)"})
+    shared_cache: str | None = field(default=None, metadata={
+        "help": "a folder whose response cache every run given it shares (LLM replies are kept in the "
+                "run folder and there; a rerun in a new folder replays them for free)"})
     # Drawing the figures is most of what a fully cached rerun costs (matplotlib's import alone
     # is about 0.35 s); sweeps that only need records and tables can skip them.
     figures: bool = field(default=True, metadata={"help": "write figures/*.png; '--figures false' skips "
@@ -77,6 +80,9 @@ class RunOptions:
             raise ConfigError(f"--ray-address {self.ray_address!r} needs --executor ray")
         if self.out is not None:
             check_output_dir(self.out)
+        if self.shared_cache is not None and Path(self.shared_cache).expanduser().is_file():
+            raise ConfigError(f"--shared-cache {self.shared_cache!r} is a file; give a folder (its "
+                              "llm-cache.sqlite is the shared response cache)")
 
 
 # ----------------------------------------------------------------------------- validation helpers

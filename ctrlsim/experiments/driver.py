@@ -9,7 +9,8 @@ The order is fixed, so every protocol behaves the same:
    all before the first model loads;
 2. the run folder opens; its stored config must equal the asked-for config, or differ only by
    new values in extensible fields (then the run is extended; see `identity`);
-3. waves of units: the runner plans the units not yet finished, the executor runs them, and
+3. waves of units: the runner plans the units not yet finished, the executor runs them (each
+   with its `UnitContext`: its typed spec, its dataset, box, LLM and encoder, one cache policy), and
    each finished record is stored as it arrives. A unit that raised is a *failure*: it is never
    stored (a rerun retries exactly those units), its reason is kept, and the rest go on;
 4. tables and figures are rebuilt from every finished record;
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ctrlsim.errors import CtrlsimError, RunInterrupted
 from ctrlsim.experiments.config import RunOptions, check_output_dir
+from ctrlsim.experiments.context import UnitPayload, call_unit, planned_units, run_settings
 from ctrlsim.experiments.runner import RunContext, Runner
 from ctrlsim.run_settings import ExchangeSettings, unit_with_exchange_settings, using_exchange_settings
 
@@ -68,6 +70,8 @@ class RunResult:
     # Builds the protocol's own result (`Runner.summary`) when `summary` is first read, so a run
     # whose caller never asks (every CLI run) does not compute it.
     summarise: Callable[[], dict] | None = field(default=None, repr=False)
+    # The report as data (`Runner.report`'s Table and Text blocks); `markdown` is its rendering.
+    report: list = field(default_factory=list, repr=False)
 
     @cached_property
     def summary(self) -> dict:
@@ -85,10 +89,10 @@ class RunResult:
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
-        """The run's tables as DataFrames, named by their headings in tables.md."""
-        from ctrlsim.experiments.tables import markdown_tables
+        """The run's tables as DataFrames (the report's own data), named by their titles."""
+        from ctrlsim.experiments.tables import report_tables
 
-        return markdown_tables(self.markdown)
+        return report_tables(self.report)
 
 
 def failure_summary(result: RunResult) -> str:
@@ -146,6 +150,7 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     those specs, and they are not checked as paths)."""
     from ctrlsim.experiments.executor import executor_from_options, is_failure
     from ctrlsim.experiments.runfolder import RunFolder
+    from ctrlsim.experiments.tables import render_markdown, report_blocks, write_report
 
     options = options or RunOptions()
     started = time.perf_counter()
@@ -180,17 +185,17 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
         # (when tables.md was last written, how long building it took)
         last_tables = [time.perf_counter(), 0.0]
 
-        def write_tables(force: bool = False) -> str:
+        def write_tables(force: bool = False) -> list:
             # A report that is slow to build (PromptShift selects thresholds on validation) is
             # rebuilt less often, so it never costs more than about a tenth of the run.
             wait = max(TABLES_EVERY_S, 10 * last_tables[1])
             if not force and time.perf_counter() - last_tables[0] < wait:
-                return ""
+                return []
             began = time.perf_counter()
-            text = runner.report(report_ctx, dict(store.records()))
-            folder.write_tables(text)
+            blocks = report_blocks(runner.report(report_ctx, dict(store.records())))
+            write_report(folder, blocks)  # tables.md and tables.json, from the one renderer
             last_tables[:] = [time.perf_counter(), time.perf_counter() - began]
-            return text
+            return blocks
 
         def on_record(key: str, record: dict) -> None:
             nonlocal ran
@@ -217,7 +222,8 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                     waves = False
             while waves:
                 finished = dict(store.records())
-                wave = list(runner.plan(ctx, finished))
+                # Typed unit specs travel with their keys to the units (no unit parses its key).
+                wave, specs = planned_units(runner.plan(ctx, finished))
                 planned.update(wave)
                 todo = [k for k in wave if k not in finished and k not in failed]
                 if max_units is not None:
@@ -226,24 +232,27 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                     break
                 if executor is None:
                     executor = executor_from_options(options).__enter__()
-                # The exchange settings travel with each unit (to a Ray worker too), not in the environment.
-                unit_fn = partial(unit_with_exchange_settings, exchanges, runner.unit_fn)
-                executor.run(unit_fn, runner.payload(ctx), todo, on_record,
+                # The exchange settings travel with each unit (to a Ray worker too), not in the
+                # environment; so do the unit context's settings and each unit's spec.
+                unit_fn = partial(unit_with_exchange_settings, exchanges, partial(call_unit, runner.unit_fn))
+                payload = UnitPayload(runner.payload(ctx), run_settings(ctx, in_units=True),
+                                      {k: specs[k] for k in todo})
+                executor.run(unit_fn, payload, todo, on_record,
                              progress=show_progress, desc=f"{runner.name} {runner.unit_name}")
         except KeyboardInterrupt:  # Ctrl-C: stop now (no tables rebuilt); what finished is stored
             raise RunInterrupted(runner.name, out, len(store)) from None
         finally:
             if executor is not None:
                 executor.close()
-        markdown = write_tables(force=True)
+        blocks = write_tables(force=True)
         records = dict(store.records())
         if options.figures and records:
             runner.figures(report_ctx, records)
         stored_config = dict(folder.config)
         summarise = partial(runner.summary, report_ctx, records) if runner.summary is not None else None
-    return RunResult(runner.name, out, stored_config, records, markdown, failed,
+    return RunResult(runner.name, out, stored_config, records, render_markdown(blocks), failed,
                      planned=len(planned | set(failed)), ran=ran, seconds=time.perf_counter() - started,
-                     context=ctx, summarise=summarise)
+                     context=ctx, summarise=summarise, report=blocks)
 
 
 def exchange_settings(out: Path, options: RunOptions) -> ExchangeSettings:

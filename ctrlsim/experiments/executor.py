@@ -14,7 +14,10 @@ The unit-of-work contract every runner follows
   ``worker_cache(name, factory)``: the first unit on a worker process calls ``factory()``,
   every later unit on that process gets the same object back. ``name`` must identify
   everything the factory depends on (``f"llm:{config.llm}"``), because the cache outlives
-  one run inside a long-lived worker.
+  one run inside a long-lived worker. A runner's units do not call it themselves: the driver
+  runs each ``unit_fn(payload, unit)`` through ``context.call_unit``, and the unit's
+  ``UnitContext`` fetches datasets, boxes, LLMs and encoders from this cache under one key
+  format per kind.
 * **One writer.** ``executor.run(unit_fn, config, keys, on_record)`` calls
   ``on_record(key, record)`` on the driver, in the driver process, as each unit finishes
   (completion order, not key order). Only ``on_record`` writes the run folder, so resuming
@@ -64,13 +67,10 @@ from ctrlsim.experiments.units import (  # noqa: F401
     OnRecord,
     RunSummary,
     UnitFn,
-    cached_dataset,
-    cached_llm,
     cached_names,
     clear_worker_cache,
     failure_record,
     is_failure,
-    provide_llm,
     run_unit,
     unique_keys,
     worker_cache,

@@ -39,8 +39,10 @@ def runner_of(folder: Path) -> Runner:
 
 def rebuild_report(runs: Sequence[str | Path], *, out: str | Path | None = None,
                    figures: bool = True) -> tuple[str, Path]:
-    """Rewrite the tables (and figures) of `runs`, merged into `out` when given; returns (tables, folder)."""
+    """Rewrite the tables (and figures) of `runs`, merged into `out` when given; returns (tables.md's
+    text, folder)."""
     from ctrlsim.experiments.runfolder import RunFolder
+    from ctrlsim.experiments.tables import report_blocks, write_report
 
     folders = [Path(r) for r in runs]
     if not folders:
@@ -70,8 +72,7 @@ def rebuild_report(runs: Sequence[str | Path], *, out: str | Path | None = None,
             if key not in run.store:
                 run.store.add(key, record)
         finished = {k: r for k, r in run.store.records()}
-        markdown = runner.report(ctx, finished)
-        run.write_tables(markdown)
+        markdown = write_report(run, report_blocks(runner.report(ctx, finished)))
         if figures and finished:
             runner.figures(ctx, finished)
     return markdown, target

@@ -6,12 +6,20 @@ A runner names
 * `check(config)`: the up-front checks that need data (tags exist, users suffice, a roster file
   parses); every model spec field named in `llm_fields` is checked by the driver as well,
   before the first model loads,
-* `plan(config, finished)`: the unit keys to run now. The driver calls it again after each wave
-  until it names no unit that is not finished, so a runner whose later units depend on earlier
-  records (evolve) plans them in waves; most plan every unit at once,
+* `plan(config, finished)`: the units to run now, as typed specs (small frozen dataclasses, each
+  with its `key`, the string its record is stored under) or plain key strings. The driver calls
+  it again after each wave until it names no unit that is not finished, so a runner whose later
+  units depend on earlier records (evolve) plans them in waves; most plan every unit at once,
 * `payload(ctx)`: the picklable object the unit function receives (default: the config),
-* `unit_fn(payload, key) -> record`: a top-level, pure function (see `executor`),
-* `report(ctx, records)`: the tables (markdown) and `figures(ctx, records)`: the PNGs,
+* `unit_fn(payload, unit) -> record`: a top-level, pure function of the payload and the unit (see
+  `executor`). `unit` is the unit's `context.UnitContext`: its `key` and typed `spec` (no unit
+  parses its key back), and the one way to get a `dataset`, `box`, `llm` or `encoder` (built once
+  per worker process, one response-cache policy) and a `progress` bar. Driver-side hooks get the
+  same from `ctx.unit`,
+* `report(ctx, records)`: the report as data, a list of `tables.Table` (title, a DataFrame of
+  cells, the prose around it) and `tables.Text` (free prose) blocks. The driver renders tables.md
+  from it (`tables.render_markdown`, one renderer for every runner), writes the same data to
+  tables.json, and `RunResult.tables` returns its DataFrames; `figures(ctx, records)`: the PNGs,
 * `summary(ctx, records)` (optional): what else the run returns to Python (`RunResult.summary`),
 
 plus how the config is stored (`identity`), which tuple fields may grow in an existing run
@@ -30,6 +38,7 @@ from ctrlsim.errors import ConfigError
 
 if TYPE_CHECKING:
     from ctrlsim.experiments.config import RunOptions
+    from ctrlsim.experiments.context import UnitContext
     from ctrlsim.experiments.runfolder import RunFolder
 
 
@@ -51,6 +60,14 @@ class RunContext:
         """The loaded LLM `ctrlsim.run(..., llms={spec: llm})` supplied for `spec`, if any."""
         return self.resources.get("llms", {}).get(spec)
 
+    @property
+    def unit(self) -> UnitContext:
+        """The unit context of the driver's own process (checks, `prepare`, the evolution loop):
+        the same acquisition paths and caches the units use (the run folder's once it is open)."""
+        from ctrlsim.experiments.context import UnitContext, run_settings
+
+        return UnitContext(run_settings(self, in_units=False))
+
 
 def _config_identity(ctx: RunContext) -> dict:
     from ctrlsim.experiments.config import config_to_dict
@@ -64,19 +81,6 @@ def _plan_nothing(ctx: RunContext, finished: Mapping[str, dict]) -> list[str]:
 
 def _payload_is_config(ctx: RunContext) -> Any:
     return ctx.config
-
-
-@dataclass(frozen=True)
-class ProgressPayload:
-    """A unit's payload for runners whose units draw progress bars: the config, and whether to draw
-    them (only in the driver's own process, and only when the run shows progress)."""
-
-    config: Any
-    show_progress: bool
-
-
-def payload_with_progress(ctx: RunContext) -> ProgressPayload:
-    return ProgressPayload(ctx.config, ctx.show_progress and ctx.options.executor == "local")
 
 
 def _no_check(ctx: RunContext) -> None:
@@ -97,17 +101,18 @@ class Observation:
     `targets`, `tags`, `users`, `seeds`, `llm`) and one (method, box, seed):
 
     * `config_for(cal, method, box, seed)`: the protocol's own config for that unit (validated);
-    * `observe(cal, method, box, seed, *, show_progress, llm_cache)`: `{"values": metric ->
-      observation id -> value, "known": ..., "details": ..., "box_identity", "llm", ...}`;
-    * `check(cal, method, box)`: the data checks, before any model loads;
+    * `observe(cal, method, box, seed, unit)`: `{"values": metric -> observation id -> value,
+      "known": ..., "details": ..., "box_identity", "llm", ...}`, acquiring everything through the
+      caller's `UnitContext` `unit` (so its replies go to the caller's response caches);
+    * `check(cal, method, box, unit)`: the data checks, before any model loads;
     * `cache_uses(cal, methods, boxes)`: what the protocol keeps under $CTRLSIM_CACHE itself, and
-      `llms(cal, methods, boxes)`: the LLMs whose replies the caller's response cache keeps;
+      `llms(cal, methods, boxes)`: the LLMs the observations load;
     * `check_methods(methods)`, `check_compare(box)`: the methods and compared boxes it takes.
     """
 
     config_for: Callable[..., Any]
     observe: Callable[..., dict]
-    check: Callable[[Any, str, str], None]
+    check: Callable[[Any, str, str, Any], None]
     cache_uses: Callable[[Any, tuple, list], dict]
     llms: Callable[[Any, tuple, list], list]
     check_methods: Callable[[tuple], None]
@@ -124,9 +129,9 @@ class Runner:
     name: str
     config_cls: type
     description: str
-    unit_fn: Callable[[Any, str], dict]
-    plan: Callable[[RunContext, Mapping[str, dict]], list[str]] = _plan_nothing
-    report: Callable[[RunContext, Mapping[str, dict]], str] = lambda ctx, records: ""
+    unit_fn: Callable[[Any, UnitContext], dict]
+    plan: Callable[[RunContext, Mapping[str, dict]], list] = _plan_nothing  # specs or key strings
+    report: Callable[[RunContext, Mapping[str, dict]], list] = lambda ctx, records: []
     figures: Callable[[RunContext, Mapping[str, dict]], None] = _no_figures
     check: Callable[[RunContext], None] = _no_check
     payload: Callable[[RunContext], Any] = _payload_is_config

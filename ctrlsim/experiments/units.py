@@ -80,6 +80,10 @@ class _WorkerCache:
                 self._objects[name] = factory()
             return self._objects[name]
 
+    def put(self, name: str, obj: Any) -> None:
+        with self._lock:
+            self._objects[name] = obj
+
     def names(self) -> list[str]:
         with self._lock:
             return list(self._objects)
@@ -108,11 +112,20 @@ def worker_cache(name: str, factory: Callable[[], Any]):
     return _CACHE.get(name, factory)
 
 
+def put_in_worker_cache(name: str, obj: Any) -> None:
+    """Make `worker_cache(name, ...)` in this process return `obj` from now on (a loaded model lent
+    to a run replaces whatever was kept under its name)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"put_in_worker_cache needs a non-empty string name, got {name!r}")
+    _CACHE.put(name, obj)
+
+
 def run_dataset(spec: str):
     """The dataset `spec` as a run loads it: parsed once per machine, then read back from the
     parsed-dataset cache in `$CTRLSIM_CACHE/datasets` (keyed by the digest of its files; see
     `ctrlsim.data.parsed_cache`). Where that folder cannot be created the dataset is parsed, with a
-    `CacheUnavailableWarning`. A fresh object on every call."""
+    `CacheUnavailableWarning`. A fresh object on every call (units get the process's one object
+    from `context.UnitContext.dataset`)."""
     import warnings
 
     from ctrlsim.backends.bundled import cache_dir
@@ -128,43 +141,13 @@ def run_dataset(spec: str):
     return load_dataset(spec, cache=folder)
 
 
-def shared_cache_file(protocol: str, name: str) -> Path:
-    """A file a protocol keeps in ctrlsim's shared cache folder (`$CTRLSIM_CACHE/<protocol>/<name>`:
-    replies and personas that make a rerun in any run folder free); nothing is created here (the
-    cache creates its folder when it opens, so a run that needs none never touches the folder)."""
-    from ctrlsim.backends.bundled import cache_root
-
-    return cache_root() / protocol / name
-
-
 def progress(iterable: Iterable | None = None, *, desc: str, show: bool, total: int | None = None,
              unit: str = "it"):
-    """The one progress bar of the experiments layer (tqdm), drawn only where `show` is true."""
+    """The one progress bar of the experiments layer (tqdm), drawn only where `show` is true (units
+    draw theirs through `context.UnitContext.progress`)."""
     from tqdm import tqdm
 
     return tqdm(iterable, desc=desc, total=total, unit=unit, disable=not show)
-
-
-def cached_dataset(spec: str):
-    """The dataset `spec`, loaded once per process (every runner's units share one object)."""
-    return worker_cache(f"dataset:{spec}", lambda: run_dataset(spec))
-
-
-def _llm_name(spec: str, cache: str | Path | None) -> str:
-    return f"llm:{spec}|cache:{cache}"
-
-
-def cached_llm(spec: str, cache: str | Path | None = None):
-    """The LLM `spec` with response cache `cache`, loaded once per process."""
-    from ctrlsim.backends import load_llm
-
-    return worker_cache(_llm_name(spec, cache), lambda: load_llm(spec, cache=cache))
-
-
-def provide_llm(spec: str, cache: str | Path | None, llm) -> None:
-    """Make `cached_llm(spec, cache)` in this process return `llm`, a model the caller already
-    loaded (tests and benchmarks share one); units on other processes still load `spec`."""
-    worker_cache(_llm_name(spec, cache), lambda: llm)
 
 
 def cached_names() -> list[str]:

@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from ctrlsim.metrics import validity as V
-from ctrlsim.metrics.stats import Estimate
+from ctrlsim.metrics.stats import Estimate, format_estimate
 
 FAIL_MARK = "†"
 MIN_SLATE_TARGETS = 5  # fewer target items on the box's slates leave adherence on slates undefined
@@ -189,11 +189,8 @@ def cards(records: Iterable[dict]) -> dict[str, Card]:
 
 
 def _interval(e: Estimate, digits: int = 2) -> str:
-    if not np.isfinite(e.value):
-        return "undefined"
-    if not np.isfinite(e.low):
-        return f"{e.value:.{digits}f} [n/a]"
-    return f"{e.value:.{digits}f} [{e.low:.{digits}f}, {e.high:.{digits}f}]"
+    """A bootstrap estimate with its (asymmetric) bounds: "0.62 [0.54, 0.67]"."""
+    return format_estimate(e, digits=digits, bounds=True, missing="undefined")
 
 
 def _rates(c: V.AdherenceCard) -> str:
@@ -203,9 +200,13 @@ def _rates(c: V.AdherenceCard) -> str:
     return f"{pct(c.like_target)} / {pct(c.like_other)} ({c.n_target} / {c.n_other})"
 
 
-def validity_table(found: Mapping[str, Card]) -> str:
-    """The "Probe validity" table: one row per method."""
-    from ctrlsim.experiments.tables import github_table
+VALIDITY_TITLE = "Probe validity (does each method act on its goal and play its user?)"
+
+
+def validity_table(found: Mapping[str, Card], title: str = VALIDITY_TITLE):
+    """The "Probe validity" table (a `tables.Table`): one row per method, the definitions after it,
+    and `FAIL_NOTE` where a method failed its card."""
+    from ctrlsim.experiments.tables import Table
 
     header = [
         "Method",
@@ -249,7 +250,9 @@ def validity_table(found: Mapping[str, Card]) -> str:
         "the persona's interests or seed items. 95% percentile cluster-bootstrap intervals, a cluster = "
         "one probe in one episode. A card passes when the adherence interval lies above 0."
     )
-    return github_table([[str(x) for x in row] for row in rows], header) + "\n\n" + note
+    if any(c.has_check and not c.passes for c in found.values()):
+        note += "\n\n" + FAIL_NOTE
+    return Table.of(title, [[str(x) for x in row] for row in rows], header, after=note)
 
 
 def marked_records(records: Mapping[str, dict], found: Mapping[str, Card]) -> dict[str, dict]:

@@ -20,7 +20,7 @@ from ctrlsim.metrics.stats import Estimate
 N_RESAMPLES = 9999
 
 
-def bootstrap_mean_ci(values: Sequence[float | None], *, confidence: float = 0.95,
+def bootstrap_mean_ci(values: Sequence[float | None] | np.ndarray, *, confidence: float = 0.95,
                       n_resamples: int = N_RESAMPLES, seed: int = 0) -> Estimate:
     """The mean of the defined values with its bootstrap interval (BCa, else percentile)."""
     from scipy.stats import bootstrap

@@ -6,7 +6,8 @@ at every n at once, so any stopping rule keeps its coverage. This is the predict
 empirical-Bernstein sequence of Waudby-Smith & Ramdas ("Estimating means of bounded random
 variables by betting", JRSS-B 2024, Theorem 2) for observations in [0, 1] (rescale others first):
 
-  mu_hat_t = (1/2 + sum_{i<=t} x_i) / (t + 1)        sigma2_t = (1/4 + sum_{i<=t} (x_i - mu_hat_i)^2) / (t + 1)
+  mu_hat_t = (1/2 + sum_{i<=t} x_i) / (t + 1)
+  sigma2_t = (1/4 + sum_{i<=t} (x_i - mu_hat_i)^2) / (t + 1)
   lambda_t = min(sqrt(2 log(2/alpha) / (sigma2_{t-1} t log(1 + t))), c)          c = 1/2
   psi(l)   = (-log(1 - l) - l) / 4,   v_t = 4 (x_t - mu_hat_{t-1})^2
   C_t      = sum lambda_i x_i / sum lambda_i  +-  (log(2/alpha) + sum v_i psi(lambda_i)) / sum lambda_i
@@ -49,7 +50,8 @@ def bounded_mean_sequence(values: Sequence[float], *, confidence: float = 0.95) 
     if x.ndim != 1 or x.size == 0:
         raise ConfigError("a confidence sequence needs at least one observation")
     if np.any(~np.isfinite(x)) or np.any(x < 0) or np.any(x > 1):
-        raise ConfigError("a bounded-mean confidence sequence takes values in [0, 1]; rescale the metric first")
+        raise ConfigError("a bounded-mean confidence sequence takes values in [0, 1]; rescale the "
+                          "metric first")
     alpha = 1 - confidence
     log_term = math.log(2 / alpha)
     t = np.arange(1, x.size + 1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -102,6 +102,15 @@ class Estimate:
 
         return {"value": num(self.value), "low": num(self.low), "high": num(self.high), "n": int(self.n)}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
+        """`to_dict`'s JSON back as an estimate (null parts are NaN)."""
+        def num(x: Any) -> float:
+            return float("nan") if x is None else float(x)
+
+        n = data.get("n", 0 if data.get("value") is None else 1)  # a hand-written dict may leave n out
+        return cls(num(data.get("value")), num(data.get("low")), num(data.get("high")), int(n or 0))
+
 
 def _t_quantile(df: int, confidence: float) -> float:
     from scipy.special import stdtrit  # inverse Student t CDF; lazy, see the module docstring
@@ -178,14 +187,25 @@ def paired_comparison(method: Sequence[float], reference: Sequence[float],
                             int((diff > 0).sum()), int((diff < 0).sum()))
 
 
-def format_estimate(estimate: Estimate, scale: float = 1.0, digits: int = 2) -> str:
-    """"12.50 ± 3.10" (the 95% interval's half-width), "12.50 ± n/a" with one unit, "-" with none."""
-    if estimate.n == 0 or np.isnan(estimate.value):
-        return "-"
-    value = f"{estimate.value * scale:.{digits}f}"
+def format_estimate(estimate: Estimate, scale: float = 1.0, digits: int = 2, *, bounds: bool = False,
+                    signed: bool = False, missing: str = "-") -> str:
+    """The one text of an estimate in every table.
+
+    "12.50 ± 3.10" (the interval's half-width; "12.50 ± n/a" with one unit), or with `bounds`
+    "12.50 [9.40, 15.60]" ("12.50 [n/a]" without an interval): the bounds themselves, for intervals
+    that need not be symmetric (bootstrap, Spearman). `signed` writes "+" before positive numbers;
+    `missing` is the text where there is no value (no units, or an undefined one)."""
+    if estimate.n == 0 or not np.isfinite(estimate.value):
+        return missing
+
+    def num(x: float) -> str:
+        return f"{x * scale:{'+' if signed else ''}.{digits}f}"
+
     if np.isnan(estimate.low):
-        return f"{value} ± n/a"
-    return f"{value} ± {estimate.half_width * scale:.{digits}f}"
+        return f"{num(estimate.value)} [n/a]" if bounds else f"{num(estimate.value)} ± n/a"
+    if bounds:
+        return f"{num(estimate.value)} [{num(estimate.low)}, {num(estimate.high)}]"
+    return f"{num(estimate.value)} ± {estimate.half_width * scale:.{digits}f}"
 
 
 # ----------------------------------------------------------------------------- calibration

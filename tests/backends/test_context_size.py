@@ -23,7 +23,7 @@ def test_the_default_and_the_spec_reach_the_backend():
 def test_a_prompt_past_the_context_names_the_setting():
     llm = load_llm("smollm2-135m@n_ctx=256")
     try:
-        with pytest.raises(PromptTooLongError, match=r"context of 256; raise n_ctx \(a spec setting: @n_ctx="):
+        with pytest.raises(PromptTooLongError, match=r"context of 256; raise n_ctx \(a spec setting: @n_ctx"):
             llm.chat([[{"role": "user", "content": "word " * 300}]], max_tokens=4)
     finally:
         llm.close()

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from ctrlsim.backends import load_llm
-from ctrlsim.errors import ConfigError
 
 PROMPTS = [[{"role": "user", "content": text}] for text in (
     "What is the capital of France? Answer in one word.", "What is 2 + 2? Answer with a number.",

@@ -10,7 +10,6 @@ import pytest
 
 from ctrlsim.backends.llamacpp.kv import CapacityError, HostStash
 from ctrlsim.backends.llamacpp.streams import StreamPool
-from ctrlsim.errors import ConfigError
 
 
 class FakeStreams:

@@ -20,7 +20,8 @@ def test_a_spec_names_a_copy_of_a_bundled_model_and_unknown_types_are_refused():
     # An '@' elsewhere (a path, a hub id) is not a converted bundled model.
     assert split_derived("/models/qwen@q4_0.gguf") is None and split_derived("org/name@main") is None
     assert split_derived("qwen2.5-0.5b") is None
-    with pytest.raises(ConfigError, match=r"unknown quantization or runtime profile 'q3_k'.*qwen2\.5-0\.5b@q4_0"):
+    with pytest.raises(ConfigError, match=r"unknown quantization or runtime profile 'q3_k'.*"
+                                          r"qwen2\.5-0\.5b@q4_0"):
         check_llm_spec("qwen2.5-0.5b@q3_k")
     with pytest.raises(ConfigError, match="llama.cpp only"):
         check_llm_spec("vllm:qwen2.5-0.5b@q4_0")

@@ -11,7 +11,8 @@ EXACT = dict(kv_reuse=False, flash_attn=False, kv_streams=False, n_parallel=16, 
 
 
 def test_a_spec_without_settings_has_no_profile():
-    for target in ("qwen2.5-0.5b", "qwen2.5-0.5b@bf16", "org/name@main", "/models/a@b.gguf"):
+    for target in ("qwen2.5-0.5b", "qwen2.5-0.5b@bf16", "org/name@main", "/models/a@b.gguf",
+                   "http://user:pw@host:9/v1?api_key=x#m", "/data/a@run=1/model.gguf"):
         assert split_profile(target) == (target, None)
 
 

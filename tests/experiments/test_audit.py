@@ -56,6 +56,23 @@ def test_audit_writes_subrun_folders_and_a_report(audited):
     assert summary["headline_text"] and summary["caveats"]
 
 
+def test_subrun_tables_are_the_subruns_report_data(audited):
+    """The audit copies each sub-run's tables from its report as data (tables.json holds the same
+    data), never from parsed markdown: cells keep their text."""
+    summary = json.loads((audited / SUMMARY).read_text())
+    for name in ("ctrlbench", "calibrate-ctrlbench"):
+        stored = json.loads((audited / name / "tables.json").read_text())
+        expected = [{"title": t["title"], "header": t["header"],
+                     "rows": [[str(c) for c in row] for row in t["rows"]]} for t in stored if t.get("rows")]
+        assert expected and summary["subruns"][name]["tables"] == expected
+        markdown = (audited / name / "tables.md").read_text()
+        assert all(f"## {t['title']}" in markdown for t in expected)
+    tables = {t["title"]: t for t in summary["subruns"]["ctrlbench"]["tables"]}
+    subs = tables["Substitutions and failures per method"]
+    dropped = [row[subs["header"].index("dropped probes (%)")] for row in subs["rows"]]
+    assert dropped == ["0.0", "0.0"]  # oracle and random drop no probe; markdown parsing made it "0"
+
+
 def test_summary_coverage_matches_the_records(audited):
     summary = json.loads((audited / SUMMARY).read_text())
     numbers = summary["subruns"]["ctrlbench"]["numbers"]

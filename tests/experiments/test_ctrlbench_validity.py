@@ -75,12 +75,13 @@ def _records():
     return {f"{r['method']}|{r['recommender']}|War|seed={r['seed']}": r for r in recs}
 
 
-def _row(table: str, *cells) -> list[str]:
-    for line in table.splitlines():
-        parts = [p.strip() for p in line.strip("|").split("|")]
+def _row(table, *cells) -> list[str]:
+    """The row of a report's `Table` that starts with `cells`, as cell text."""
+    for row in table.rows:
+        parts = [str(c) for c in row]
         if parts[: len(cells)] == list(cells):
             return parts
-    raise AssertionError(f"no row {cells} in\n{table}")
+    raise AssertionError(f"no row {cells} in\n{table.markdown()}")
 
 
 def test_table7_is_per_box_with_pooled_efficiency():

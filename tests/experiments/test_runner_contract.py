@@ -117,7 +117,16 @@ def test_failed_units_are_retried_and_a_finished_run_resumes_to_nothing(name, tm
     assert again.ran == 0 and not again.failed and again.planned >= 1
     assert set(again.records_by_key) == set(stored)
     assert (out / "records.jsonl").read_text() == lines  # nothing was appended
-    assert again.tables  # the tables parse as DataFrames
+    assert again.tables  # the report holds tables
+    # One renderer: tables.md is the rendering of the report's data, which tables.json holds and
+    # RunResult.tables returns (never parsed back from markdown).
+    from ctrlsim.experiments.tables import blocks_from_json, render_markdown, report_tables, tables_json
+
+    stored = json.loads((out / "tables.json").read_text(encoding="utf-8"))
+    assert stored == json.loads(json.dumps(tables_json(again.report)))
+    assert (out / "tables.md").read_text(encoding="utf-8") == render_markdown(blocks_from_json(stored)) \
+        == again.markdown
+    assert list(again.tables) == list(report_tables(blocks_from_json(stored)))
 
 
 @pytest.mark.llm

@@ -77,7 +77,8 @@ def test_a_writable_cache_folder_passes_the_check(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("fields, needs", [
     ({"methods": ("random", "oracle"), "recommenders": ("popularity", "embedding")}, set()),
-    ({"methods": ("random", "base-small")}, {"ctrlbench", "models"}),
+    ({"methods": ("random", "base-small")}, {"models"}),  # replies and personas live in the run folder
+    ({"methods": ("base-small",), "llm": "http://127.0.0.1:9/v1#m"}, set()),
     ({"methods": ("base-small",), "cache": False, "llm": "http://127.0.0.1:9/v1#m"}, set()),
     ({"methods": ("base-small",), "cache": False}, {"models"}),  # the bundled GGUF is verified there
     ({"methods": ("kmeans-fusion",), "cache": False, "llm": "http://127.0.0.1:9/v1#m"}, {"ctrlbench"}),

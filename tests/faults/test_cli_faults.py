@@ -23,22 +23,13 @@ import pytest
 
 HEAVY = ("llama_cpp", "torch", "sentence_transformers")
 
-# The smallest valid command of each runner; a case's flags are appended (argparse: the last wins).
-BASE = {
-    "probe": ["--recommender", "popularity", "--agents", "2", "--rounds", "2", "--ceiling-states", "4"],
-    "steereval": ["--llm", "smollm2-135m", "--users", "1", "--tags", "Horror", "--pool-size", "2",
-                  "--history-len", "3", "--min-ratings", "4", "--conditions", "default",
-                  "--table8-samples", "1"],
-    "promptshift": ["--llms", "smollm2-135m", "--users", "2", "--scenarios", "gender", "--n-candidates", "3",
-                    "--k", "2", "--history-len", "3", "--min-fit-positives", "3"],
-    "ctrlbench": ["--methods", "random,base-small", "--recommenders", "popularity", "--targets", "War",
-                  "--agents", "2,1", "--rounds", "2", "--llm", "smollm2-135m"],
-    "evolve": ["--agents", "2", "--merges", "1", "--rounds-per-merge", "1", "--eval-rounds", "1",
-               "--llm", "smollm2-135m", "--recommender", "popularity", "--debate-max-tokens", "16",
-               "--merge-max-tokens", "64"],
-    "calibrate": ["--methods", "random", "--dials", "0,1", "--seeds", "0", "--rounds", "1"],
-    "train-probe": ["--recommender", "popularity", "--timesteps", "64", "--n-steps", "32", "--budget", "4"],
-}
+# The smallest valid command of each runner: its own `--preset smoke` (declared beside its config) on
+# the smallest bundled LLM; a case's flags are appended (an explicit flag wins over the preset).
+LLM_FLAG = {"steereval": "--llm", "promptshift": "--llms", "ctrlbench": "--llm", "evolve": "--llm",
+            "calibrate": "--llm"}
+BASE = {runner: ["--preset", "smoke", *((LLM_FLAG[runner], "smollm2-135m") if runner in LLM_FLAG else ())]
+        for runner in ("probe", "steereval", "promptshift", "ctrlbench", "evolve", "calibrate",
+                       "train-probe")}
 SEED_FLAG = {"ctrlbench": "--seeds", "calibrate": "--seeds"}
 HUGE = "1000000000000"  # 1e12, as a typo or an adversary would give it
 TOO_BIG_SEED = str(2**63)  # one past int64
@@ -81,6 +72,7 @@ VALUE_CASES = [
     ("unknown name", "steereval", ["--rating", "bogus-rating"], ["bogus-rating"]),
     ("unknown name", "promptshift", ["--scenarios", "bogus"], ["scenarios", "bogus"]),
     ("unknown name", "promptshift", ["--unmatched", "bogus-rule"], ["bogus-rule"]),
+    ("retired flag", "promptshift", ["--llm-cache", "replies.sqlite"], ["--llm-cache", "--shared-cache"]),
     ("unknown name", "ctrlbench", ["--methods", "random,bogus-method"], ["bogus-method"]),
     ("unknown name", "ctrlbench", ["--recommenders", "bogus-box"], ["bogus-box"]),
     ("unknown name", "ctrlbench", ["--targets", "Bogus-Genre"], ["Bogus-Genre"]),

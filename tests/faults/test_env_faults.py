@@ -250,10 +250,10 @@ def test_only_a_probes_own_failure_is_dropped_by_the_runner_loop(pop_rec):
 
     population = PopulationEnv(pop_rec, n_agents=3, budget=4, target="Horror")
     run_population(population, lambda agent, rng: Unparseable() if agent == "probe_1" else RandomProbe(rng),
-                   seed=0, checkpoints=(4,), show_progress=False)
+                   seed=0, checkpoints=(4,))
     assert population.failures == {"probe_1": "LLMOutputError: reply was not JSON; reply was: '{not json'"}
     assert all(population.probes[a].rounds == 4 for a in ("probe_0", "probe_2"))
     population = PopulationEnv(pop_rec, n_agents=3, budget=4, target="Horror")
     with pytest.raises(RuntimeError, match="a bug"):
         run_population(population, lambda agent, rng: Broken() if agent == "probe_1" else RandomProbe(rng),
-                       seed=0, checkpoints=(4,), show_progress=False)
+                       seed=0, checkpoints=(4,))

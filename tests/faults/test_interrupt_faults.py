@@ -429,18 +429,18 @@ def test_evolve_phase_and_calibrate_cost_tables_mark_unknown_token_totals():
     from ctrlsim.experiments.calibrate.report import cost_table
     from ctrlsim.experiments.evolve.report import _phase_tokens
 
-    known = [{"total_tokens": 100, "calls": 4}, {"total_tokens": 20, "calls": 1}]
+    known = [{"tokens": {"total_tokens": 100, "calls": 4}}, {"tokens": {"total_tokens": 20, "calls": 1}}]
     assert _phase_tokens(known) == 120
-    assert _phase_tokens(known + [{"total_tokens": 7, "calls": 3, "unknown_calls": 2}]) == \
+    assert _phase_tokens(known + [{"tokens": {"total_tokens": 7, "calls": 3, "unknown_calls": 2}}]) == \
         "≥127 + unknown (2 of 8 calls without counts)"
     records = {f"u{n}": {"method": "llm-rewrite", "lambda": 0.0, "box": "dial", "timing": {"seconds": 1.0},
                          "details": {"scenarios": 2, "tokens": {"prompt": 10, "completion": 2, **extra}}}
                for n, extra in enumerate([{}, {"unknown_calls": 1}])}
-    table = cost_table(None, records)
+    table = cost_table(None, records).markdown()
     assert "≥20 + unknown (1 call without counts)" in table  # prompt tokens 10 + 10: a lower bound
     assert "≥4 + unknown (1 call without counts)" in table
     assert "| 20 " not in table  # the prompt-token sum is never shown as a bare, measured-looking number
-    known_only = cost_table(None, {"u0": records["u0"]})
+    known_only = cost_table(None, {"u0": records["u0"]}).markdown()
     assert "unknown" not in known_only and "| 10 " in known_only
 
 

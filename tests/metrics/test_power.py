@@ -21,5 +21,6 @@ def test_large_samples_approach_the_normal_formula_and_power_is_monotone():
 
 
 def test_undefined_and_degenerate_spreads():
-    assert math.isnan(minimum_detectable_effect(1.0, 1)) and math.isnan(minimum_detectable_effect(float("nan"), 5))
+    assert math.isnan(minimum_detectable_effect(1.0, 1))
+    assert math.isnan(minimum_detectable_effect(float("nan"), 5))
     assert minimum_detectable_effect(0.0, 5) == 0.0

@@ -124,3 +124,27 @@ def test_importing_metrics_does_not_import_scipy_stats():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          timeout=120)
     assert out.stdout.strip() == "False"
+
+
+def test_one_estimate_formatter_by_hand():
+    from ctrlsim.metrics.stats import Estimate, format_estimate
+
+    est = Estimate(0.125, 0.1, 0.2, 8)
+    assert format_estimate(est, 100) == "12.50 ± 5.00"  # half-width (0.2 - 0.1) / 2, scaled
+    assert format_estimate(est, digits=3, bounds=True) == "0.125 [0.100, 0.200]"  # asymmetric: bounds
+    assert format_estimate(Estimate(0.5, -0.1, 0.8, 9), bounds=True, signed=True) == "+0.50 [-0.10, +0.80]"
+    one = Estimate(0.3, float("nan"), float("nan"), 1)
+    assert format_estimate(one) == "0.30 ± n/a" and format_estimate(one, bounds=True) == "0.30 [n/a]"
+    none = Estimate(float("nan"), float("nan"), float("nan"), 0)
+    assert format_estimate(none) == "-" and format_estimate(none, missing="undefined") == "undefined"
+
+
+def test_estimate_json_round_trip_and_the_audit_filter_share_the_formatter():
+    from ctrlsim.experiments.audit.render import format_ci
+    from ctrlsim.metrics.stats import Estimate
+
+    est = Estimate(0.125, 0.1, 0.2, 8)
+    assert Estimate.from_dict(est.to_dict()) == est
+    assert format_ci(est.to_dict(100)) == "12.50 [10.00, 20.00]"
+    assert format_ci({"value": 0.3, "low": None, "high": None, "n": 1}) == "0.30 [n/a]"
+    assert format_ci({"value": None, "low": None, "high": None, "n": 0}) == "n/a" and format_ci(None) == "n/a"

@@ -12,6 +12,7 @@ from ctrlsim.experiments.promptshift.config import PromptShiftConfig
 from ctrlsim.experiments.promptshift.report import compute_summary as report
 from ctrlsim.experiments.promptshift.report import format_tables, scenario_macro
 from ctrlsim.experiments.promptshift.units import protocol_choices
+from ctrlsim.experiments.tables import render_markdown
 from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
 
 
@@ -75,7 +76,7 @@ def test_report_by_hand(hand_data, u1_lists):
     # Matching counts each list once: 3 + 4 + 3 + 3 + 3 titles, one unmatched.
     assert setting["matching"]["total"] == 16 and setting["matching"]["matched"] == 15
     # n = 1: the t-tests are undefined, and the table says so.
-    text = format_tables(result)
+    text = render_markdown(format_tables(result))
     assert "0.7083" in text and "undefined" in text and "Protocol choices" in text
 
 

@@ -13,6 +13,7 @@ from ctrlsim.experiments.steereval.report import (
     table8,
     token_totals,
 )
+from ctrlsim.experiments.tables import render_markdown
 from ctrlsim.metrics import direction_cell, paired_t_test, rejected_tags, steereval_figures
 from ctrlsim.metrics.stats import format_test, mean_ci
 
@@ -90,7 +91,7 @@ def test_per_tag_counts_and_table5_rows():
     assert summary["increase"]["A"][0] == pytest.approx(0.15) and summary["increase"]["A"][1]
     assert summary["increase"]["B"][1] is False and summary["decrease"]["A"][1] is True
     result = {"records": records, "llm": "test", "short_tags": {}, "tokens": token_totals(records)}
-    text = format_tables(result, SteerEvalConfig(users=1))
+    text = render_markdown(format_tables(result, SteerEvalConfig(users=1)))
     assert "| Genre (2)" in text and "1/2 in the right direction" in text
     # increases 0.1, 0.2, -0.1: mean 0.0667, not significant; decreases -0.2, +0.1: mean -0.05
     assert "| LLM scoring | +0.0667 n=3" in text and "-0.0500 n=2" in text
@@ -100,10 +101,8 @@ def test_per_tag_counts_and_table5_rows():
 def test_table8_samples_at_most_the_requested_number():
     records = [{**rec("increase", 0.5, 0.6), "next_item_relevant": i % 2 == 0, "rank_set_before": i,
                 "rank_set_after": i + 1} for i in range(10)]
-    text = table8(records, samples=3, seed=0)
-    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines()
-            if line.startswith("| Increase")]
-    assert [r[4] for r in rows] == ["3", "3"]  # n per cell
+    rows = [row for row in table8(records, samples=3, seed=0).rows if row[0] == "Increase"]
+    assert [r[4] for r in rows] == [3, 3]  # n per cell
     assert [r[3] for r in rows] == ["+1.00", "+1.00"]  # every sampled scenario moved down one place
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ctrlsim.backends.llamacpp.profile import DEFAULT_PROFILE, PROFILES
 from ctrlsim.backends.llm import (
     LLM,
     Completion,
@@ -30,7 +31,6 @@ from ctrlsim.backends.llm import (
     DigitScores,
     GenerationParams,
 )
-from ctrlsim.backends.llamacpp.profile import DEFAULT_PROFILE, PROFILES
 from ctrlsim.backends.token_scores import choice_token_ids, digit_logprobs_from_logits, digit_token_ids
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelError, PromptTooLongError
 from ctrlsim.lazy import lazy
@@ -213,7 +213,8 @@ class LlamaCppLLM(LLM):
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
         if len(tokens) >= self.n_ctx:
             raise PromptTooLongError(f"prompt of {len(tokens)} tokens does not fit the context of "
-                                     f"{self.n_ctx}; raise n_ctx (a spec setting: @n_ctx=16384) or shorten the prompt")
+                                     f"{self.n_ctx}; raise n_ctx (a spec setting: @n_ctx=16384) or "
+                                     "shorten the prompt")
         return tokens
 
     def grammar_for(self, schema_text: str):

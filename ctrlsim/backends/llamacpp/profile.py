@@ -24,6 +24,7 @@ attention, so a seeded reply replays exactly and runs made before profiles exist
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 from ctrlsim.errors import ConfigError
@@ -33,6 +34,8 @@ from ctrlsim.errors import ConfigError
 # and 32k (Qwen2.5) contexts.
 DEFAULT_N_CTX = 8192
 SEPARATOR = "@"
+_PAIR = r"[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.+-]*"
+_SETTINGS_SEGMENT = re.compile(rf"{_PAIR}(,{_PAIR})*")
 _TRUE, _FALSE = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
 
 
@@ -86,8 +89,9 @@ def _setting(key: str, text: str, where: str):
 
 
 def _settings(segment: str, where: str) -> dict | None:
-    """`{key: value}` for a `key=value[,key=value]` segment, None for a segment of another kind."""
-    if "=" not in segment:
+    """`{key: value}` for a `key=value[,key=value]` segment, None for a segment of another kind
+    (a path, a URL's host and query: anything with a character no setting holds)."""
+    if "=" not in segment or not _SETTINGS_SEGMENT.fullmatch(segment):
         return None
     found = {}
     for pair in segment.split(","):
@@ -104,6 +108,8 @@ def split_profile(target: str) -> tuple[str, RuntimeProfile | None]:
     """(model part, profile) of a spec target: the trailing `@` segments that are profile names or
     `key=value` settings are the profile (None when there are none); the rest names the model (a
     bundled name, possibly `@bf16`, a path or a hub id, which may hold an '@' of its own)."""
+    if target.startswith(("http://", "https://")):  # a server's URL: its '@' is the credentials'
+        return target, None
     segments = target.split(SEPARATOR)
     profile_name, overrides, cut = None, [], len(segments)
     while cut > 1:
@@ -116,7 +122,8 @@ def split_profile(target: str) -> tuple[str, RuntimeProfile | None]:
             overrides.append(found)
         elif segment in PROFILES:
             if profile_name is not None:
-                raise ConfigError(f"{target!r}: name one runtime profile, not {profile_name!r} and {segment!r}")
+                raise ConfigError(f"{target!r}: name one runtime profile, not {profile_name!r} and "
+                                  f"{segment!r}")
             profile_name = segment
         else:
             break

@@ -31,12 +31,13 @@ def format_num(value: Any, digits: int = 2) -> str:
 
 
 def format_ci(e: Mapping[str, Any] | None, digits: int = 2) -> str:
-    """"12.50 [9.10, 15.90]" (the 95% interval), "12.50 [n/a]" with one observation, "n/a" with none."""
+    """"12.50 [9.10, 15.90]" (the 95% interval), "12.50 [n/a]" with one observation, "n/a" with none:
+    an estimate's JSON (`Estimate.to_dict`) through the one formatter of the tables."""
+    from ctrlsim.metrics.stats import Estimate, format_estimate
+
     if not e or e.get("value") is None:
         return "n/a"
-    if e.get("low") is None:
-        return f"{e['value']:.{digits}f} [n/a]"
-    return f"{e['value']:.{digits}f} [{e['low']:.{digits}f}, {e['high']:.{digits}f}]"
+    return format_estimate(Estimate.from_dict(e), digits=digits, bounds=True, missing="n/a")
 
 
 def render_report(summary: Mapping[str, Any], figures: Mapping[str, dict]) -> str:

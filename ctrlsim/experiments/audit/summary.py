@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 from ctrlsim.backends.bundled import BUNDLED_LLMS
 from ctrlsim.experiments.audit.config import AuditConfig, is_llm_box
 from ctrlsim.experiments.audit.words import caveats, headline, headline_lines, placement_words
+from ctrlsim.experiments.usage import total_tokens
 from ctrlsim.metrics.stats import Estimate, mean_ci, paired_comparison, ratio_ci
 
 SMALL_LLMS = tuple(BUNDLED_LLMS)  # every bundled model has 1.5B parameters or fewer
@@ -39,23 +40,18 @@ def clean(value: Any) -> Any:
     return value
 
 
-def parse_tables(markdown: str) -> list[dict]:
-    """A run's tables.md as [{title, header, rows}], the tables that have rows."""
-    from ctrlsim.experiments.tables import markdown_tables
+def subrun_tables(report: Sequence) -> list[dict]:
+    """A sub-run's tables (its report as data, `RunResult.report`) as [{title, header, rows}] of
+    cell text, the tables that have rows."""
+    from ctrlsim.experiments.tables import Table
 
-    out = []
-    for title, frame in markdown_tables(markdown).items():
-        if len(frame):
-            out.append({"title": title, "header": [str(c) for c in frame.columns],
-                        "rows": [[_cell(v) for v in row] for row in frame.itertuples(index=False)]})
-    return out
+    return [{"title": t.title, "header": t.header, "rows": [[_cell(v) for v in row] for row in t.rows]}
+            for t in report if isinstance(t, Table) and len(t.frame)]
 
 
 def _cell(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
     return str(value)
 
 
@@ -97,8 +93,7 @@ def ctrlbench_section(result, config: AuditConfig) -> dict:
         probes = sum(len(r["probes"]) for r in recs)
         cost.setdefault(box, {})[method] = {
             "episodes": len(recs), "probes": probes,
-            "tokens": sum(int(r["setup_tokens"] or 0) + sum(int(p["tokens"] or 0) for p in r["probes"])
-                          for r in recs),
+            "tokens": total_tokens(recs).total,
             "decisions": sum(int(r["decisions"] or 0) for r in recs),
             "parse_failures": sum(int(r["parse_failures"] or 0) for r in recs),
             "template_fallbacks": sum(int(r["template_fallbacks"] or 0) for r in recs),
@@ -172,8 +167,7 @@ def steereval_section(result, boxes: Sequence[str] = ()) -> dict:
     for cond, recs in sorted(by_cond.items()):
         cell: dict[str, Any] = {"signed": est(mean_ci([r["reward"] for r in recs])), "scenarios": len(recs),
                                 "edit_problems": sum(1 for r in recs if r.get("edit_problems")),
-                                "tokens": sum(sum(int(v) for v in (r.get("tokens") or {}).values())
-                                              for r in recs)}
+                                "tokens": total_tokens(recs).total}
         for direction, alternative in (("increase", "greater"), ("decrease", "less")):
             sub = [r for r in recs if r["direction"] == direction]
             test = paired_t_test([r["auc_after"] for r in sub], [r["auc_before"] for r in sub],
@@ -200,14 +194,9 @@ def subrun_entry(done, section: dict | None) -> dict:
                                       for r in result.records_by_key.values()), 2),
             "llms": [json.loads(x) for x in llms], "code": prov.get("code", {}),
             "inputs": prov.get("inputs", {}),
-            "tables": parse_tables(result.markdown), "numbers": section,
-            "tokens": sum(_record_tokens(r) for r in result.records_by_key.values())
+            "tables": subrun_tables(result.report), "numbers": section,
+            "tokens": total_tokens(result.records_by_key.values()).total
             if done.subrun.protocol == "promptshift" else None}
-
-
-def _record_tokens(record: Mapping[str, Any]) -> int:
-    tokens = record.get("tokens") or {}
-    return int(tokens.get("prompt_tokens", 0)) + int(tokens.get("completion_tokens", 0))
 
 
 def build_summary(config: AuditConfig, done: Sequence, out: Path, cost: dict) -> dict:

@@ -89,8 +89,8 @@ class CalibrateConfig:
                            "(`ctrlsim ctrlbench --help`)", choices=DECISION_HEADS)
     decision_threshold: float = option(DEFAULT_THRESHOLD, "P(yes) at or above which a question head likes "
                                        "an item, in (0, 1)")
-    cache: bool = option(True, "cache LLM replies and personas (ctrlbench episodes in ctrlbench's cache, the "
-                         "rest under $CTRLSIM_CACHE/calibrate; replays are free)")
+    cache: bool = option(True, "keep LLM replies and personas in the run's response cache (the run folder, "
+                         "and --shared-cache where given; replays are free)")
 
     def __post_init__(self):
         from ctrlsim.recommenders.dial import check_lambda, format_lambda
@@ -172,20 +172,26 @@ class CalibrateConfig:
     def boxes(self) -> list[str]:
         return [*(self.dial_box(lam) for lam in self.grid), *self.compare]
 
+    def units(self) -> list[CalibrationUnit]:
+        """Every (method, box, seed) unit in a stable order (box, seed, method)."""
+        return [CalibrationUnit(m, b, s) for b in self.boxes() for s in self.seeds for m in self.all_methods]
+
     def keys(self) -> list[str]:
-        return [unit_key(m, b, s) for b in self.boxes() for s in self.seeds for m in self.all_methods]
+        return [unit.key for unit in self.units()]
 
 
-def unit_key(method: str, box: str, seed: int) -> str:
-    return f"{method}|{box}|seed={seed}"
+@dataclass(frozen=True)
+class CalibrationUnit:
+    """One unit of a calibration: the protocol's method on one box with one seed. Its record is
+    stored under `key` (method|box|seed=N); the spec travels with the key to the unit."""
 
+    method: str
+    box: str
+    seed: int
 
-def parse_unit_key(key: str) -> tuple[str, str, int]:
-    try:
-        method, box, seed = key.split("|")
-        return method, box, int(seed.removeprefix("seed="))
-    except ValueError:
-        raise ConfigError(f"not a calibrate unit key: {key!r} (expected method|box|seed=N)") from None
+    @property
+    def key(self) -> str:
+        return f"{self.method}|{self.box}|seed={self.seed}"
 
 
 def protocol_config(config: CalibrateConfig, method: str, box: str, seed: int):

@@ -20,7 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ctrlsim.experiments.tables import github_table
+from ctrlsim.experiments.tables import Block, Table, Text
 from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, spearman_ci, step_test
 from ctrlsim.recommenders.dial import format_lambda
 
@@ -176,27 +176,26 @@ def _cell(est: Estimate, digits: int) -> str:
     return format_estimate(est, digits=digits)
 
 
-def metric_table(config, obs, metric: str, names: Mapping[str, str] | None = None) -> str:
+def metric_table(config, obs, metric: str, names: Mapping[str, str] | None = None) -> Table:
     rows = []
     for method in config.all_methods:
         by_lambda = curve(config, obs, method, metric)
         cells = [_cell(_estimate(by_lambda[lam]), _digits(metric)) if lam in by_lambda else "-"
                  for lam in config.grid]
         corr = rho_of(by_lambda)
-        rho = "-" if np.isnan(corr.rho) else f"{corr.rho:+.2f}" if np.isnan(corr.low) else \
-            f"{corr.rho:+.2f} [{corr.low:+.2f}, {corr.high:+.2f}]"
+        rho = format_estimate(Estimate(corr.rho, corr.low, corr.high, corr.n), bounds=True, signed=True)
         n = sorted({len(v) for v in by_lambda.values()})
         rows.append([_name(names, method), *cells, rho, "/".join(map(str, n)) or "0"])
     header = ["Method", *(f"lambda = {format_lambda(lam)}" for lam in config.grid), "Spearman rho [95% CI]",
               "obs. per lambda"]
-    return github_table(rows, header)
+    return Table.of(f"{_label(metric)} against lambda", rows, header)
 
 
 KNOWN_HEADER = ["Method", "Metric", "Known answer at lambda = 0", "Observed", "Holds"]
 
 
-def known_table(config, records: Mapping[str, dict], obs, names: Mapping[str, str] | None = None) -> str:
-    return github_table(known_rows(config, records, obs, names), KNOWN_HEADER)
+def known_table(config, records: Mapping[str, dict], obs, names: Mapping[str, str] | None = None) -> Table:
+    return Table.of("Known answers at lambda = 0", known_rows(config, records, obs, names), KNOWN_HEADER)
 
 
 def known_rows(config, records: Mapping[str, dict], obs, names: Mapping[str, str] | None = None) -> list:
@@ -217,7 +216,7 @@ def known_rows(config, records: Mapping[str, dict], obs, names: Mapping[str, str
     return rows
 
 
-def resolution_table(config, obs, names: Mapping[str, str] | None = None) -> str:
+def resolution_table(config, obs, names: Mapping[str, str] | None = None) -> Table:
     header = ["Method", "Metric", "Resolution"]
     rows = []
     deltas: list[float] = []
@@ -235,10 +234,10 @@ def resolution_table(config, obs, names: Mapping[str, str] | None = None) -> str
                  else "-" for d in deltas]
         shown = "not resolved" if value is None else format_lambda(value)
         rows.append([_name(names, method), _label(metric), shown, *cells])
-    return github_table(rows, header)
+    return Table.of("Resolution: the smallest lambda step told apart", rows, header)
 
 
-def compare_table(config, obs, names: Mapping[str, str] | None = None) -> str:
+def compare_table(config, obs, names: Mapping[str, str] | None = None) -> Table:
     metric = config.metrics[0]
     rows = []
     for box in config.compare:
@@ -253,10 +252,11 @@ def compare_table(config, obs, names: Mapping[str, str] | None = None) -> str:
             else:
                 text, _ = match_lambda(grid, [_estimate(by_lambda[lam]) for lam in grid], box_est)
             rows.append([box, _name(names, method), _cell(box_est, _digits(metric)), text])
-    return github_table(rows, ["Box", "Method", _label(metric), "Responds like lambda [95% interval]"])
+    return Table.of("Real boxes on the dial's scale", rows,
+                    ["Box", "Method", _label(metric), "Responds like lambda [95% interval]"])
 
 
-def cost_table(config, records: Mapping[str, dict], names: Mapping[str, str] | None = None) -> str:
+def cost_table(config, records: Mapping[str, dict], names: Mapping[str, str] | None = None) -> Table:
     sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for record in records.values():
         family = "dial" if record["lambda"] is not None else record["box"]
@@ -272,7 +272,7 @@ def cost_table(config, records: Mapping[str, dict], names: Mapping[str, str] | N
     keys = sorted({k for cell in sums.values() for k in cell} - {"units", "seconds"})
     rows = [[_name(names, method), family, f"{int(cell['units'])}", f"{cell['seconds']:.1f}",
              *(_cost_cell(cell, k) for k in keys)] for (method, family), cell in sorted(sums.items())]
-    return github_table(rows, ["Method", "Boxes", "Units", "Seconds", *keys])
+    return Table.of("Cost and fallbacks", rows, ["Method", "Boxes", "Units", "Seconds", *keys])
 
 
 def _cost_cell(cell: Mapping[str, float], key: str) -> str:
@@ -285,36 +285,31 @@ def _cost_cell(cell: Mapping[str, float], key: str) -> str:
     return f"{cell.get(key, 0):g}"
 
 
-def render_tables(config, records: Mapping[str, dict]) -> str:
+def render_tables(config, records: Mapping[str, dict]) -> list[Block]:
     obs = observations(records)
     n, total = len(records), len(config.keys())
     options = ", ".join(config.dial_options) or "defaults"
-    parts = [f"# Calibration of {config.protocol}: {n}/{total} units",
-             f"dataset {config.dataset}; methods {', '.join(config.all_methods)}; dial boxes "
-             f"{config.dial_box(0).split(':')[0]}:<lambda> ({options}); lambda grid "
-             f"{', '.join(map(format_lambda, config.grid))}; seeds {', '.join(map(str, config.seeds))}.",
-             "Each cell: mean ± half-width of the 95% confidence interval over the observations "
-             "(ctrlbench: episodes; steereval: scenarios; promptshift: users x scenarios). Steps are paired "
-             f"tests over the same observations, told apart at p < {ALPHA}."]
+    head = [f"# Calibration of {config.protocol}: {n}/{total} units",
+            f"dataset {config.dataset}; methods {', '.join(config.all_methods)}; dial boxes "
+            f"{config.dial_box(0).split(':')[0]}:<lambda> ({options}); lambda grid "
+            f"{', '.join(map(format_lambda, config.grid))}; seeds {', '.join(map(str, config.seeds))}.",
+            "Each cell: mean ± half-width of the 95% confidence interval over the observations "
+            "(ctrlbench: episodes; steereval: scenarios; promptshift: users x scenarios). Steps are paired "
+            f"tests over the same observations, told apart at p < {ALPHA}."]
+    blocks: list[Block] = [Text("\n".join(head))]
     episodes = [e for r in records.values() for e in r.get("episodes_validity", [])]
     from ctrlsim.experiments import validity_card as VC
 
     found = VC.cards(episodes) if episodes else {}
     names = {m: f"{m} {VC.FAIL_MARK}" for m, c in found.items() if c.has_check and not c.passes}
-    for metric in config.metrics:
-        parts += ["", f"## {_label(metric)} against lambda", "", metric_table(config, obs, metric, names)]
-    parts += ["", "## Known answers at lambda = 0", "", known_table(config, records, obs, names),
-              "", "## Resolution: the smallest lambda step told apart", "",
-              resolution_table(config, obs, names)]
+    blocks += [metric_table(config, obs, metric, names) for metric in config.metrics]
+    blocks += [known_table(config, records, obs, names), resolution_table(config, obs, names)]
     if config.compare:
-        parts += ["", "## Real boxes on the dial's scale", "", compare_table(config, obs, names)]
-    parts += ["", "## Cost and fallbacks", "", cost_table(config, records, names)]
+        blocks.append(compare_table(config, obs, names))
+    blocks.append(cost_table(config, records, names))
     if found:
-        parts += ["", "## Probe validity (does each method act on its goal and play its user?)", "",
-                  VC.validity_table(found)]
-        if names:
-            parts += ["", VC.FAIL_NOTE]
-    return "\n".join(parts) + "\n"
+        blocks.append(VC.validity_table(found))
+    return blocks
 
 
 # ----------------------------------------------------------------------------- figure
@@ -363,7 +358,7 @@ def save_figures(folder, config, records: Mapping[str, dict]) -> list:
 
 # ----------------------------------------------------------------------------- driver hooks
 
-def report(ctx, records) -> str:
+def report(ctx, records) -> list[Block]:
     return render_tables(ctx.config, dict(records))
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from ctrlsim.experiments.calibrate import config, report, units
 from ctrlsim.experiments.config import config_to_dict
-from ctrlsim.experiments.runner import Runner, payload_with_progress
+from ctrlsim.experiments.runner import Runner
 
 RUNNER = Runner(name="calibrate", config_cls=config.CalibrateConfig, description=config.__doc__,
-                unit_fn=units.calibrate_unit, payload=payload_with_progress, plan=units.plan,
+                unit_fn=units.run_unit, plan=units.plan,
                 report=report.report, figures=report.figures, check=units.check,
                 identity=lambda ctx: config_to_dict(ctx.config),
                 extensible=("methods", "dials", "seeds", "compare"), llm_fields=("llm",),

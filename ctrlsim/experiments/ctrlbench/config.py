@@ -1,9 +1,10 @@
 """`ctrlsim ctrlbench`: CtrlBench-Rec's method comparison (Tables 1, 2 and 7, Figures 3, 8-11).
 
-Methods x black boxes x targets x seeds: every (method, box, target, seed) is one episode, a
-pure function `run_episode(config, key) -> record`, stored in the run folder's records.jsonl as
-it finishes. A killed run started again with the same command skips finished episodes (and the
-LLM response cache replays the half-finished one for free). The run folder then gets:
+Methods x black boxes x targets x seeds: every (method, box, target, seed) is one episode (an
+`Episode` spec), a pure function of config and spec -> record, stored in the run folder's
+records.jsonl as it finishes. A killed run started again with the same command skips finished
+episodes (and the run folder's LLM response cache replays the half-finished one for free). The run
+folder then gets:
 
   config.json          the config and the software that ran it
   records.jsonl        one record per episode: per-round Task 1 curves and Efficiency counts, per-tag
@@ -134,8 +135,8 @@ class CtrlBenchConfig:
     recommender_llm: str | None = option(None, "LLM inside LLM-based boxes such as keyword-bm25 (default: "
                                          "the box's own)")
     roster: str | None = option(None, "a JSON file of Persona dicts evaluated as the method 'roster'")
-    cache: bool = option(True, "cache LLM replies and personas under $CTRLSIM_CACHE/ctrlbench (replays are "
-                         "free)")
+    cache: bool = option(True, "keep LLM replies and personas in the run's response cache (the run folder, "
+                         "and --shared-cache where given; replays are free)")
     method_options: dict[str, dict] = option(help="per-method options, method name -> dict (config only, "
                                              "no flag)", default_factory=dict)
 
@@ -235,10 +236,29 @@ class CtrlBenchConfig:
             return paper
         return tuple(sorted({max(1, round(self.rounds * q / 4)) for q in (1, 2, 3, 4)}))
 
+    def episodes(self) -> list[Episode]:
+        """Every episode in a stable order (box, target, seed, method)."""
+        return [Episode(m, b, t, s) for b in self.recommenders for t in self.targets for s in self.seeds
+                for m in self.all_methods]
+
     def keys(self) -> list[str]:
         """Episode keys in a stable order: method|box|target|seed=N."""
-        return [episode_key(m, b, t, s) for b in self.recommenders for t in self.targets for s in self.seeds
-                for m in self.all_methods]
+        return [episode.key for episode in self.episodes()]
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One unit of a ctrlbench run: a (method, box, target, seed) episode. Its record is stored
+    under `key`; the spec travels with the key to the unit, which never parses the key back."""
+
+    method: str
+    box: str
+    target: str
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return episode_key(self.method, self.box, self.target, self.seed)
 
 
 

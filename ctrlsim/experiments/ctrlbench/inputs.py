@@ -1,6 +1,6 @@
 """What a ctrlbench run reads besides its config: target sets (a tag or a '+' union of tags),
-stored rosters, the population each method builds, the dataset, box and LLM of a run (one copy per
-worker), and the data checks that run before any model loads."""
+stored rosters, the population each method builds, the box and LLM of an episode (through the
+unit context: one copy per worker), and the data checks that run before any model loads."""
 from __future__ import annotations
 
 import hashlib
@@ -10,6 +10,7 @@ from typing import Any
 
 from ctrlsim.errors import ConfigError, DataError, DataFileError
 from ctrlsim.experiments.config import config_from_dict, config_to_dict
+from ctrlsim.experiments.context import UnitContext
 from ctrlsim.experiments.ctrlbench.config import ROSTER_METHOD, CtrlBenchConfig
 
 
@@ -78,9 +79,9 @@ def check_targets(config, dataset) -> dict[str, int]:
 
 
 def cache_uses(config) -> dict[str, str]:
-    """What this run keeps under $CTRLSIM_CACHE (subfolder -> what), for the up-front check: the LLM
-    methods' replies and personas (with --cache) and evolution artefacts, a bundled LLM, and the
-    boxes' own needs. Token-free methods on boxes without an LLM or weights need nothing there."""
+    """What this run keeps under $CTRLSIM_CACHE (subfolder -> what), for the up-front check: the
+    evolved methods' artefacts, a bundled LLM, and the boxes' own needs (replies and personas live
+    in the run folder). Token-free methods on boxes without an LLM or weights need nothing there."""
     from ctrlsim.agents.methods import get_method
     from ctrlsim.backends.spec_check import llm_cache_uses
     from ctrlsim.recommenders.registry import cache_uses as box_cache_uses
@@ -91,11 +92,8 @@ def cache_uses(config) -> dict[str, str]:
     uses: dict[str, str] = {}
     if llm_methods:
         uses.update(llm_cache_uses(config.llm))
-        kept = [f"the LLM replies and personas of {', '.join(llm_methods)} (--cache false keeps none)"
-                ] if config.cache else []
-        kept += [f"the evolution artefacts of {', '.join(evolved)}"] if evolved else []
-        if kept:
-            uses["ctrlbench"] = " and ".join(kept)
+        if evolved:
+            uses["ctrlbench"] = f"the evolution artefacts of {', '.join(evolved)}"
     for box in config.recommenders:
         for part, what in box_cache_uses(box, llm=config.recommender_llm if box == "keyword-bm25"
                                          else None).items():
@@ -120,34 +118,17 @@ def method_label(method: str) -> str:
     return "Roster (from file)" if method == ROSTER_METHOD else get_method(method).label
 
 
-def cache_file(name: str) -> Path:
-    """A file of ctrlbench's shared cache folder (replies and personas; nothing is created)."""
-    from ctrlsim.experiments.units import shared_cache_file
-
-    return shared_cache_file("ctrlbench", name)
+def run_llm(unit: UnitContext, config):
+    """The probes' LLM, answering from the run's response caches unless --cache false."""
+    return unit.llm(config.llm, cached=config.cache)
 
 
-def run_dataset(config):
-    from ctrlsim.experiments.units import cached_dataset
-
-    return cached_dataset(config.dataset)
-
-
-def run_llm(config):
-    from ctrlsim.experiments.units import cached_llm
-
-    return cached_llm(config.llm, cache_file("llm-responses.sqlite") if config.cache else None)
-
-
-def run_box(config, box: str):
-    from ctrlsim.experiments.executor import worker_cache
-    from ctrlsim.recommenders import make_recommender
-
+def run_box(unit: UnitContext, config, box: str):
+    """The black box `box` as every episode plays it (shown items masked)."""
     options: dict[str, Any] = {"mask_shown": True}
     if config.recommender_llm and box == "keyword-bm25":
         options["llm"] = config.recommender_llm
-    name = f"recommender:{config.dataset}:{box}:{config.recommender_llm if 'llm' in options else ''}"
-    return worker_cache(name, lambda: make_recommender(box, run_dataset(config), **options))
+    return unit.box(box, config.dataset, **options)
 
 
 # ----------------------------------------------------------------------------- driver hooks
@@ -155,7 +136,8 @@ def run_box(config, box: str):
 def check(ctx) -> None:
     from ctrlsim.backends.bundled import check_cache_writable
 
-    check_targets(ctx.config, run_dataset(ctx.config))  # bad targets and rosters fail before any model loads
+    # Bad targets and rosters fail before any model loads.
+    check_targets(ctx.config, ctx.unit.dataset(ctx.config.dataset))
     check_cache_writable(cache_uses(ctx.config))  # an unwritable $CTRLSIM_CACHE fails now, not per episode
 
 
@@ -186,7 +168,7 @@ def from_identity(identity) -> CtrlBenchConfig:
 
 def sizes(config: CtrlBenchConfig) -> dict[str, int]:
     """Items per target and per tag of every target."""
-    dataset = run_dataset(config)
+    dataset = UnitContext().dataset(config.dataset)
     sizes = {target: len(target_items(dataset, target)) for target in config.targets}
     sizes.update({tag: len(dataset.items_with_tag(tag)) for t in config.targets for tag in target_tags(t)})
     return sizes

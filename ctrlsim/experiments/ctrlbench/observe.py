@@ -1,6 +1,7 @@
 """ctrlbench's observation function: one (method, box, seed) of CtrlBench-Rec as calibration data.
 
-`observe` plays the protocol's own episodes (`units.run_episode`), one per target, and returns
+`observe` plays the protocol's own episodes (`units.run_episode`), one per target, in the caller's
+unit context (its models, its response caches), and returns
 Coverage and Exposure per (seed, target), the known Exposure of a box that ignores its users (a
 dial at lambda 0), what the episodes cost, and each episode's validity decisions. `ctrlsim
 calibrate` and the audit reach it through the runner's declaration (`RUNNER.observation`), never
@@ -11,9 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from ctrlsim.errors import ConfigError
-from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig, episode_key
+from ctrlsim.experiments.context import UnitContext
+from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig, Episode
 from ctrlsim.experiments.ctrlbench.inputs import cache_uses as episode_cache_uses
-from ctrlsim.experiments.ctrlbench.inputs import check_targets, run_box, run_dataset, target_items
+from ctrlsim.experiments.ctrlbench.inputs import check_targets, run_box, target_items
 from ctrlsim.experiments.ctrlbench.units import run_episode
 from ctrlsim.experiments.runner import Observation
 from ctrlsim.recommenders.dial import is_dial, parse_dial_spec
@@ -43,10 +45,10 @@ def check_compare(box: str) -> None:
     check_recommender_name(box)
 
 
-def check(cal: Any, method: str, box: str) -> None:
+def check(cal: Any, method: str, box: str, unit: UnitContext) -> None:
     """The targets exist and are large enough: no model loads."""
     cb = config_for(cal, method, box, cal.seeds[0])
-    check_targets(cb, run_dataset(cb))
+    check_targets(cb, unit.dataset(cb.dataset))
 
 
 def cache_uses(cal: Any, methods: tuple[str, ...], boxes: list[str]) -> dict[str, str]:
@@ -73,11 +75,10 @@ def fixed_exposure(base_order, histories, rounds: int, slate_size: int, targets:
     return len(shown & targets) / len(targets)
 
 
-def observe(cal: Any, method: str, box: str, seed: int, *, show_progress: bool = False,
-            llm_cache: str | None = None) -> dict:
+def observe(cal: Any, method: str, box: str, seed: int, unit: UnitContext) -> dict:
     """Coverage and Exposure (%) per `seed=N/<target>` from one episode per target."""
     cb = config_for(cal, method, box, seed)
-    dataset = run_dataset(cb)
+    dataset = unit.dataset(cb.dataset)
     values: dict[str, dict[str, float]] = {"coverage": {}, "exposure": {}}
     known: dict[str, dict[str, float]] = {}
     details: dict[str, Any] = {"decisions": 0, "parse_failures": 0, "template_fallbacks": 0,
@@ -88,8 +89,8 @@ def observe(cal: Any, method: str, box: str, seed: int, *, show_progress: bool =
     lam = parse_dial_spec(box).lam if is_dial(box) else None
     for target in cal.targets:
         # Episode bars only for LLM probes: a scripted episode takes milliseconds.
-        bars = show_progress and method not in ("oracle", "random")
-        record = run_episode(cb, episode_key(method, box, target, seed), show_progress=bars)
+        record = run_episode(cb, unit, Episode(method, box, target, seed),
+                             bars=method not in ("oracle", "random"))
         targets = set(target_items(dataset, target))
         obs = f"seed={seed}/{target}"
         values["coverage"][obs] = 100.0 * float(record["curves"]["coverage"][-1])
@@ -107,7 +108,7 @@ def observe(cal: Any, method: str, box: str, seed: int, *, show_progress: bool =
         histories = [list(p["behaviour"]) for p in record["personas"]]
         starts[obs] = histories
         if lam == 0.0:
-            recommender = run_box(cb, box)
+            recommender = run_box(unit, cb, box)
             known.setdefault("exposure", {})[obs] = 100.0 * fixed_exposure(
                 recommender.base_order, histories, cb.rounds, record["slate_size"], targets, dataset.item_ids)
     return {"values": values, "known": known, "details": details, "start_histories": starts,

@@ -11,13 +11,14 @@ import numpy as np
 
 from ctrlsim.agents.episode import CURVES, round_curves  # noqa: F401 - re-exported for callers
 from ctrlsim.experiments.ctrlbench import tables as T
+from ctrlsim.experiments.tables import Block, Text
 from ctrlsim.metrics.stats import mean_ci
 
 TASK_TITLES = {"target-discovery": "Task 1 (target content discovery)",
                "profile-shaping": "Task 2 (profile shaping)", "popularity": "Task 3 (popularity bias)"}
 
 
-def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> str:
+def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> list[Block]:
     from ctrlsim.experiments import validity_card as VC
 
     found = VC.cards(records.values())
@@ -25,7 +26,7 @@ def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int])
     n, total = len(records), len(config.keys())
     search = "on (search likes shape histories, never count)" if config.allow_search else \
         "off (Appendix B: a_t in L_t or a skip)"
-    parts = [
+    head = "\n".join([
         f"# CtrlBench-Rec {TASK_TITLES[config.task]}: {n}/{total} episodes",
         f"dataset {config.dataset}; probes' LLM {config.llm}; K_large,K_small = {config.agents[0]},"
         f"{config.agents[1]}; t = {config.rounds}; seeds {', '.join(map(str, config.seeds))}; "
@@ -35,27 +36,14 @@ def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int])
         "interval over the cell's episodes (targets x seeds; '± n/a' with one episode). Eff. = total "
         "target likes / total distinct targets found over the episodes (lower is better); 'found' = "
         "episodes that found any target.",
-    ]
-    parts += ["", "## Probe validity (does each method act on its goal and play its user?)", "",
-              VC.validity_table(found)]
-    if any(c.has_check and not c.passes for c in found.values()):
-        parts += ["", VC.FAIL_NOTE]
+    ])
+    blocks: list[Block] = [Text(head), VC.validity_table(found)]
     if config.task == "profile-shaping":
-        parts += ["", f"## Table 2: profile shaping at t = {config.rounds}", "",
-                  T.profile_table(config, records)]
+        blocks.append(T.profile_table(config, records))
     elif config.task == "popularity":
-        parts += ["", "## Task 3: popularity of what the probes interacted with (Figures 8, 9)", "",
-                  T.popularity_table(config, records)]
-    parts += [
-        "", "## Table 1: Coverage (%) and Exploration Efficiency by round", "", T.table1(config, records),
-        "", f"## Table 7: all methods at t = {config.rounds}, per black box", "", T.table7(config, records),
-        "", f"## Paired comparison with {config.reference_method} (Coverage at t = {config.rounds})", "",
-        T.paired_table(config, records),
-        "", f"## Coverage (%) per target at t = {config.rounds} (Figure 3)", "",
-        T.target_table(config, records, sizes),
-        "", "## Substitutions and failures per method", "", T.substitution_table(config, records),
-    ]
-    return "\n".join(parts) + "\n"
+        blocks.append(T.popularity_table(config, records))
+    return blocks + [T.table1(config, records), T.table7(config, records), T.paired_table(config, records),
+                     T.target_table(config, records, sizes), T.substitution_table(config, records)]
 
 
 # ----------------------------------------------------------------------------- figures
@@ -169,7 +157,7 @@ def write_roster(ctx, key: str, record: dict) -> None:
         ctx.folder.write_json(path, record["personas"])
 
 
-def report(ctx, records) -> str:
+def report(ctx, records) -> list[Block]:
     from ctrlsim.experiments.ctrlbench.inputs import sizes
 
     return render_tables(ctx.config, dict(records), sizes(ctx.config))

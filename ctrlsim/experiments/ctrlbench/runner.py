@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from ctrlsim.experiments.ctrlbench import config, inputs, observe, report, units
-from ctrlsim.experiments.runner import Runner, payload_with_progress
+from ctrlsim.experiments.runner import Runner
 
 RUNNER = Runner(name="ctrlbench", config_cls=config.CtrlBenchConfig, description=config.__doc__,
-                unit_fn=units.episode_unit, payload=payload_with_progress, plan=units.plan,
+                unit_fn=units.episode_unit, plan=units.plan,
                 report=report.report, figures=report.figures, check=inputs.check, identity=inputs.identity,
                 resolved=inputs.resolved, from_identity=inputs.from_identity, on_stored=report.write_roster,
                 extensible=("methods", "recommenders", "targets", "seeds"),

@@ -27,7 +27,7 @@ from collections import defaultdict
 from typing import Mapping
 
 from ctrlsim.backends.meter import unknown_tokens
-from ctrlsim.experiments.tables import github_table as _table
+from ctrlsim.experiments.tables import Table, Text
 from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, paired_comparison, ratio_ci
 
 
@@ -80,7 +80,7 @@ def _cells(config, records):
                 yield box, method, recs[0].get("label", method), recs
 
 
-def table1(config, records: Mapping[str, dict]) -> str:
+def table1(config, records: Mapping[str, dict]) -> Table:
     """Table 1: Coverage (%) and pooled Exploration Efficiency at the report rounds, per box x method."""
     cps = config.report_rounds()
     header = ["Black-Box", "Method", "n"] + [f"Cov% t={t}" for t in cps] + [f"Eff t={t}" for t in cps]
@@ -88,10 +88,10 @@ def table1(config, records: Mapping[str, dict]) -> str:
             + [format_estimate(curve_estimate(recs, "coverage", t), 100) for t in cps]
             + [format_estimate(efficiency_estimate(recs, t)) for t in cps]
             for box, _, label, recs in _cells(config, records)]
-    return _table(rows, header)
+    return Table.of("Table 1: Coverage (%) and Exploration Efficiency by round", rows, header)
 
 
-def table7(config, records: Mapping[str, dict]) -> str:
+def table7(config, records: Mapping[str, dict]) -> Table:
     """Table 7 per black box: Coverage, Efficiency, Len, Tokens at t = rounds, and the costs."""
     t = config.rounds
     header = ["Black-Box", "Method", "n", "K", "Cov.(%)", "Eff. (pooled)", "found", "Len.", "Tokens",
@@ -110,7 +110,7 @@ def table7(config, records: Mapping[str, dict]) -> str:
             setup_tokens_cell(recs),
             f"{100 * search / (search + counted):.1f}" if search + counted else "-",
         ])
-    return _table(rows, header)
+    return Table.of(f"Table 7: all methods at t = {config.rounds}, per black box", rows, header)
 
 
 def tokens_cell(recs: list[dict], t: int) -> str:
@@ -145,7 +145,7 @@ def _pairs(records: Mapping[str, dict], method: str, reference: str, box: str | 
     return mine, theirs
 
 
-def paired_table(config, records: Mapping[str, dict]) -> str:
+def paired_table(config, records: Mapping[str, dict]) -> Table:
     """Each method against the reference: Coverage difference (pp) with its 95% CI, Wilcoxon p."""
     t, reference = config.rounds, config.reference_method
     labels = method_labels(records)
@@ -166,10 +166,10 @@ def paired_table(config, records: Mapping[str, dict]) -> str:
                 else f"{cmp.p_wilcoxon:.3g}"
             rows.append([scope, labels.get(method, method), labels.get(reference, reference), cmp.n,
                          format_estimate(cmp.difference, 100), f"{cmp.wins}/{ties}/{cmp.losses}", p])
-    return _table(rows, header)
+    return Table.of(f"Paired comparison with {reference} (Coverage at t = {t})", rows, header)
 
 
-def substitution_table(config, records: Mapping[str, dict]) -> str:
+def substitution_table(config, records: Mapping[str, dict]) -> Table:
     """Per method, how often something stood in for what the method claims to be."""
     groups = grouped(records, "method")
     header = ["Method", "episodes", "template personas (%)", "merge fallbacks", "targets added by merge",
@@ -193,10 +193,10 @@ def substitution_table(config, records: Mapping[str, dict]) -> str:
             f"{100 * sum(len(r['dropped']) for r in recs) / probes:.1f}",
             refused if decisions else "-",
         ])
-    return _table(rows, header)
+    return Table.of("Substitutions and failures per method", rows, header)
 
 
-def target_table(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> str:
+def target_table(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> Table:
     """Coverage (%) per target and, for a union target, per tag (Figure 3), at t = rounds; mean ± 95%
     CI over boxes and seeds. A tag's coverage counts the found items carrying that tag."""
     t = config.rounds
@@ -210,16 +210,17 @@ def target_table(config, records: Mapping[str, dict], sizes: Mapping[str, int]) 
             rows.append([target if tag is None else f"  {tag}", sizes.get(tag or target, "-")]
                         + [format_estimate(mean_ci(coverage_values(groups.get((target, m), []), t, tag)), 100)
                            for m in config.all_methods])
-    return _table(rows, header)
+    return Table.of(f"Coverage (%) per target at t = {t} (Figure 3)", rows, header)
 
 
-def profile_table(config, records: Mapping[str, dict]) -> str:
+def profile_table(config, records: Mapping[str, dict]) -> Table | Text:
     """Table 2 per box x method: target similarity (Acc.) at t0 and t, old-interest similarity at t,
     JS divergence at t (eq. 2) and smoothness per interval; each mean ± 95% CI over episodes."""
     t = config.rounds
     cells = [c for c in _cells(config, records) if "profile_curves" in c[3][0]]
+    title = f"Table 2: profile shaping at t = {t}"
     if not cells:
-        return "(no episode recorded Task 2 curves: run with --task profile-shaping)"
+        return Text(f"## {title}\n\n(no episode recorded Task 2 curves: run with --task profile-shaping)")
     intervals = cells[0][3][0]["profile_curves"]["intervals"]
     header = ["Black-Box", "Method", "n", "Acc. t0", f"Acc. t{t}", f"Old-interest sim. t{t}",
               f"JS div. t{t} (eq. 2)"] + [f"Smooth. {i}" for i in intervals]
@@ -234,10 +235,10 @@ def profile_table(config, records: Mapping[str, dict]) -> str:
                     + [format_estimate(mean_ci([c["smoothness"][n] for c in curves
                                                 if n < len(c["smoothness"])]), digits=3)
                        for n in range(len(intervals))])
-    return _table(rows, header)
+    return Table.of(title, rows, header)
 
 
-def popularity_table(config, records: Mapping[str, dict]) -> str:
+def popularity_table(config, records: Mapping[str, dict]) -> Table:
     """Task 3 per box x method: eq. 3 over the items interacted with (liked on recommender slates),
     against the catalogue mean, and the new target discoveries in the first and second half."""
     half = max(1, config.rounds // 2)
@@ -251,4 +252,4 @@ def popularity_table(config, records: Mapping[str, dict]) -> str:
                      f"{pops[0]['catalogue_popularity']:.1f}",
                      format_estimate(mean_ci([sum(p["new_discoveries"][:half]) for p in pops]), digits=1),
                      format_estimate(mean_ci([sum(p["new_discoveries"][half:]) for p in pops]), digits=1)])
-    return _table(rows, header)
+    return Table.of("Task 3: popularity of what the probes interacted with (Figures 8, 9)", rows, header)

@@ -3,30 +3,30 @@ from __future__ import annotations
 
 import time
 
-from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig, parse_key
+from ctrlsim.experiments.context import UnitContext
+from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig, Episode
 from ctrlsim.experiments.ctrlbench.inputs import (
-    cache_file,
     method_label,
     method_population,
     run_box,
-    run_dataset,
     run_llm,
     target_items,
     target_tags,
 )
-from ctrlsim.experiments.runner import ProgressPayload
 
 
-def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True) -> dict:
-    """One (method, box, target, seed) episode -> its record (a pure function of config and key)."""
+def run_episode(config: CtrlBenchConfig, unit: UnitContext, episode: Episode, *, bars: bool = True) -> dict:
+    """One episode -> its record (a pure function of config and episode); everything it loads comes
+    from `unit`. Progress bars where `unit` draws them (`bars=False` keeps this episode's off)."""
     from ctrlsim.agents import ProfileSettings
     from ctrlsim.agents.episode import EpisodeSpec, play_episode
     from ctrlsim.agents.methods import MethodContext
 
     started = time.perf_counter()
-    method, box, target, seed = parse_key(key)
-    dataset = run_dataset(config)
-    recommender = run_box(config, box)
+    method, box, target, seed = episode.method, episode.box, episode.target, episode.seed
+    bars = bars and unit.show_progress
+    dataset = unit.dataset(config.dataset)
+    recommender = run_box(unit, config, box)
     targets = target_items(dataset, target)
     settings = config.decision_settings()
     slate_size = config.slate_for(box)
@@ -36,24 +36,24 @@ def run_episode(config: CtrlBenchConfig, key: str, *, show_progress: bool = True
         k_large=config.agents[0], k_small=config.agents[1], rounds=config.rounds, slate_size=slate_size,
         decision_settings=settings,
         profile_settings=ProfileSettings(l_init=tuple(config.l_init), temperature=config.temperature),
-        llm_factory=lambda: run_llm(config),
-        profile_store=cache_file("profiles.sqlite") if config.cache else None,
-        options=dict(config.method_options.get(method, {})), show_progress=show_progress)
+        llm_factory=lambda: run_llm(unit, config),
+        profile_store=unit.profile_store(cached=config.cache),
+        options=dict(config.method_options.get(method, {})), show_progress=bars)
     population = method_population(method, config.roster, context)
     spec = EpisodeSpec(method, method_label(method), box, target, seed, config.rounds, slate_size,
                        config.target_visible, config.like_prob, target_tags(target), config.allow_search,
                        config.task)
-    llm = run_llm(config) if population.policy == "llm" else None
+    llm = run_llm(unit, config) if population.policy == "llm" else None
     record = play_episode(spec, population, recommender, targets, llm=llm, settings=settings,
-                          show_progress=show_progress)
+                          show_progress=bars)
     # The unit's wall time: loading the box and writing the personas count, not only the rounds.
     record["timing"] = {"seconds": round(time.perf_counter() - started, 2)}
     return record
 
 
-def episode_unit(unit: ProgressPayload, key: str) -> dict:
-    return run_episode(unit.config, key, show_progress=unit.show_progress)
+def episode_unit(config: CtrlBenchConfig, unit: UnitContext) -> dict:
+    return run_episode(config, unit, unit.spec)
 
 
-def plan(ctx, finished) -> list[str]:
-    return ctx.config.keys()
+def plan(ctx, finished) -> list[Episode]:
+    return ctx.config.episodes()

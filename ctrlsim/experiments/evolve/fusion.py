@@ -6,10 +6,11 @@ clusters of a generation go to the workers (`fuse_cluster_unit`) and come back a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ctrlsim.experiments.config import RunOptions
+from ctrlsim.experiments.context import UnitContext, UnitPayload, UnitSettings, call_unit
 
 if TYPE_CHECKING:  # the executor module is imported lazily at run time
     from ctrlsim.experiments.executor import Executor
@@ -21,33 +22,30 @@ class FusionUnitConfig:
 
     llm: str
     dataset: str
-    cache: str | None  # the run folder's response cache (absolute), shared by driver and workers
     job: object  # ctrlsim.agents.evolution.cluster_unit.FusionJob
 
 
-def fuse_cluster_unit(config: FusionUnitConfig, key: str) -> dict:
+def fuse_cluster_unit(config: FusionUnitConfig, unit: UnitContext) -> dict:
     """Unit of work: one evolution cluster's debate and merge (key "fusion/g<g>/cluster-<c>").
 
-    The LLM and the dataset are loaded once per worker process. The response cache is SQLite,
-    which takes concurrent readers and writers on one machine, so workers that see the run
-    folder share the driver's cache file; a worker on a node without it runs uncached (seeded
-    replies are the same, only paid again).
+    The LLM and the dataset come from the unit context (once per worker process). The response
+    cache is SQLite, which takes concurrent readers and writers on one machine, so workers that see
+    the run folder share the driver's cache file; a worker on a node without it runs uncached
+    (seeded replies are the same, only paid again).
     """
     from ctrlsim.agents.evolution.cluster_unit import FusionJob, fuse_cluster
-    from ctrlsim.experiments.units import cached_dataset, cached_llm
 
-    cache = config.cache if config.cache and Path(config.cache).parent.is_dir() else None
-    llm, dataset = cached_llm(config.llm, cache), cached_dataset(config.dataset)
-    return fuse_cluster(llm, dataset, config.job, FusionJob.cluster_of(key))
+    llm, dataset = unit.llm(config.llm), unit.dataset(config.dataset)
+    return fuse_cluster(llm, dataset, config.job, FusionJob.cluster_of(unit.key))
 
 
 class ExecutorFusion:
     """`EvolutionLoop.fuse_elsewhere` on an executor: cluster units run there, the driver stores
     their records (a rerun skips the clusters already stored) and the loop writes the artefacts."""
 
-    def __init__(self, config, options: RunOptions, folder, *, show_progress: bool):
+    def __init__(self, config, options: RunOptions, folder, settings: UnitSettings, *, show_progress: bool):
         self.config, self.options, self.folder, self.show_progress = config, options, folder, show_progress
-        self.cache = str(folder.file("llm-cache.sqlite").resolve())
+        self.settings = settings  # the run's unit settings: its response caches travel with each unit
         self.executor: Executor | None = None
 
     def __call__(self, job) -> list[dict]:
@@ -67,8 +65,9 @@ class ExecutorFusion:
         if todo:
             if self.executor is None:
                 self.executor = executor_from_options(self.options)
-            unit_config = FusionUnitConfig(self.config.llm, self.config.dataset, self.cache, job)
-            self.executor.run(fuse_cluster_unit, unit_config, todo, on_record,
+            unit_config = FusionUnitConfig(self.config.llm, self.config.dataset, job)
+            self.executor.run(partial(call_unit, fuse_cluster_unit), UnitPayload(unit_config, self.settings),
+                              todo, on_record,
                               progress=self.show_progress, desc=f"clusters g{job.generation}")
         if failed:  # the next phases need every cluster: the run stops here, a rerun retries these
             raise UnitsFailed(failed)

@@ -3,9 +3,10 @@ debate, merge, align), each writing its artefacts and its record before the next
 from __future__ import annotations
 
 from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.context import run_settings
 from ctrlsim.experiments.evolve.config import EXTENSIBLE, EvolveConfig
 from ctrlsim.experiments.evolve.fusion import ExecutorFusion
-from ctrlsim.experiments.evolve.units import decision_settings, run_box, run_dataset
+from ctrlsim.experiments.evolve.units import decision_settings, run_box
 from ctrlsim.experiments.runner import RunContext
 
 
@@ -35,7 +36,7 @@ def check(ctx: RunContext) -> None:
     from ctrlsim.backends.spec_check import llm_cache_uses
     from ctrlsim.recommenders.registry import cache_uses
 
-    ctx.state["target_items"] = _check_inputs(ctx.config, run_dataset(ctx.config))
+    ctx.state["target_items"] = _check_inputs(ctx.config, ctx.unit.dataset(ctx.config.dataset))
     # The LLM's replies live in the run folder; $CTRLSIM_CACHE holds a bundled LLM and a box's weights.
     uses = {} if ctx.given_llm(ctx.config.llm) is not None else llm_cache_uses(ctx.config.llm)
     check_cache_writable({**cache_uses(ctx.config.recommender), **uses})
@@ -59,18 +60,14 @@ def _evolve(ctx: RunContext) -> None:
     --executor ray each cluster's debate and merge is a unit on the workers (`ExecutorFusion`)."""
     from ctrlsim.agents import MethodContext, ProfileSettings
     from ctrlsim.agents.evolution import EvolutionLoop, EvolutionSettings
-    from ctrlsim.backends import resolve_llm
     from ctrlsim.envs import make_task
-    from ctrlsim.experiments.units import provide_llm
 
-    config, folder = ctx.config, ctx.folder
+    config, folder, unit = ctx.config, ctx.folder, ctx.unit
     assert folder is not None
-    cache = str(folder.file("llm-cache.sqlite").resolve())
-    llm = resolve_llm(ctx.given_llm(config.llm) or config.llm, cache=cache)
-    # The evaluation units find the same LLM object when they run in this process.
-    provide_llm(config.llm, cache, llm)
-    dataset = run_dataset(config)
-    recommender = run_box(config)
+    # The run's LLM (the evaluation units find the same object when they run in this process).
+    llm = unit.llm(config.llm)
+    dataset = unit.dataset(config.dataset)
+    recommender = run_box(unit, config)
     task = make_task("target-discovery", dataset, target=list(config.target))
     decisions = decision_settings(config)
     context = MethodContext(
@@ -79,7 +76,7 @@ def _evolve(ctx: RunContext) -> None:
         k_small=config.agents, rounds=config.eval_rounds, slate_size=config.slate,
         decision_settings=decisions,
         profile_settings=ProfileSettings(l_init=tuple(config.l_init)), llm_factory=lambda: llm,
-        profile_store=folder.file("profiles.sqlite"), show_progress=ctx.show_progress)
+        profile_store=unit.profile_store(), show_progress=unit.show_progress)
     settings = EvolutionSettings(
         merges=config.merges, rounds_per_merge=config.rounds_per_merge, k_rule=config.k_rule,
         alpha=config.alpha,
@@ -89,11 +86,12 @@ def _evolve(ctx: RunContext) -> None:
     # every cluster debates and merges together here (one batched call per round).
     fusion = None
     if ctx.options.executor != "local" and config.fusion == "debate-merge":
-        fusion = ExecutorFusion(config, ctx.options, folder, show_progress=ctx.show_progress)
+        fusion = ExecutorFusion(config, ctx.options, folder, run_settings(ctx, in_units=True),
+                                show_progress=unit.show_progress)
     loop = EvolutionLoop(folder.path, dataset=dataset, recommender=recommender, task=task, llm=llm,
                          encoder=config.encoder, settings=settings, decision_settings=decisions,
                          seed=config.seed,
-                         slate_size=config.slate, show_progress=ctx.show_progress, fuse_elsewhere=fusion,
+                         slate_size=config.slate, show_progress=unit.show_progress, fuse_elsewhere=fusion,
                          identity={k: v for k, v in folder.config.items() if k not in EXTENSIBLE})
     try:
         result = loop.run(lambda: context.base_personas(config.agents),

@@ -1,12 +1,12 @@
-"""`ctrlsim evolve`'s tables and figures (GitHub markdown), from the generation summaries and records."""
+"""`ctrlsim evolve`'s tables (as data) and figures, from the generation summaries and records."""
 from __future__ import annotations
 
 from ctrlsim.experiments.runner import RunContext
+from ctrlsim.experiments.tables import Block, Table, Text
+from ctrlsim.experiments.usage import record_tokens, total_tokens
 
 
-def level_tables(levels: dict) -> str:
-    from tabulate import tabulate
-
+def level_tables(levels: dict) -> list[Block]:
     first = next(iter(levels.values()))
     rows = [[name.capitalize(), *[_fmt(v) for v in rec["smoothness"]]] for name, rec in levels.items()]
     acc = [
@@ -19,18 +19,13 @@ def level_tables(levels: dict) -> str:
         ]
         for name, rec in levels.items()
     ]
-    return (
-        "## Task 2: trajectory smoothness per interval (Table 2)\n\n"
-        + (
-            tabulate(rows, headers=["Level", *first["intervals"]], tablefmt="github")
-            if first["intervals"]
-            else "(no interval: Table 2's first interval t0-t3 needs eval-rounds >= 3)"
-        )
-        + "\n\n"
-        + "## Task 2: similarity to the target and to the old interest (Figure 7), start and end\n\n"
-        + tabulate(acc, headers=["Level", "Acc. t0", "Acc. end", "Old t0", "Old end"], tablefmt="github")
-        + "\n"
-    )
+    smooth = "Task 2: trajectory smoothness per interval (Table 2)"
+    return [
+        Table.of(smooth, rows, ["Level", *first["intervals"]], parse_numbers=True) if first["intervals"]
+        else Text(f"## {smooth}\n\n(no interval: Table 2's first interval t0-t3 needs eval-rounds >= 3)"),
+        Table.of("Task 2: similarity to the target and to the old interest (Figure 7), start and end", acc,
+                 ["Level", "Acc. t0", "Acc. end", "Old t0", "Old end"], parse_numbers=True),
+    ]
 
 
 def save_level_figure(folder, levels: dict) -> None:
@@ -53,29 +48,26 @@ def _fmt(value, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def _phase_tokens(usages: list[dict]):
-    """The tokens of phases (their usage dicts); a lower bound marked unknown where calls had no counts."""
+def _phase_tokens(phases: list[dict]):
+    """The tokens of phases (their records); a lower bound marked unknown where calls had no counts."""
     from ctrlsim.backends.meter import unknown_tokens
 
-    tokens = sum(u.get("total_tokens", 0) for u in usages)
-    unknown = sum(u.get("unknown_calls", 0) for u in usages)
-    if not unknown:
-        return tokens
-    return unknown_tokens(unknown, sum(u.get("calls", 0) for u in usages), known=tokens)
+    usage = total_tokens(phases)
+    if not usage.unknown_calls:
+        return usage.total
+    return unknown_tokens(usage.unknown_calls, usage.calls, known=usage.total)
 
 
 def render_tables(
     config, generations: list[dict], phases: dict, evaluation: dict | None
-) -> str:
-    from tabulate import tabulate
-
+) -> list[Block]:
     from ctrlsim.backends.meter import unknown_tokens
 
-    parts = [
+    blocks: list[Block] = [Text(
         f"# Evolution\n\n{config.agents} probes, {config.merges} fusion(s) every {config.rounds_per_merge} "
         f"round(s), k rule {config.k_rule}, fusion {config.fusion}, target {', '.join(config.target)}, "
-        f"LLM {config.llm}, black box {config.recommender}.\n"
-    ]
+        f"LLM {config.llm}, black box {config.recommender}."
+    )]
     rows = [
         [
             g["generation"],
@@ -89,88 +81,60 @@ def render_tables(
         ]
         for g in generations
     ]
-    parts.append(
-        "## Generations\n\n"
-        + tabulate(
-            rows,
-            headers=[
-                "gen",
-                "probes",
-                "k",
-                "silhouette",
-                "largest cluster",
-                "singletons",
-                "next probes",
-                "fallbacks",
-            ],
-            tablefmt="github",
-        )
-        + "\n"
-    )
+    header = ["gen", "probes", "k", "silhouette", "largest cluster", "singletons", "next probes", "fallbacks"]
+    blocks.append(Table.of("Generations", rows, header, parse_numbers=True))
     rows = [
-        [
-            name,
-            _fmt(e.get("seconds"), 1),
-            _phase_tokens([e.get("tokens", {})]),
-            e.get("tokens", {}).get("calls", 0),
-        ]
+        [name, _fmt(e.get("seconds"), 1), _phase_tokens([e]), record_tokens(e).calls or 0]
         for name, e in phases.items()
     ]
     total = [
         [
             "total",
             _fmt(sum(e.get("seconds", 0) for e in phases.values()), 1),
-            _phase_tokens([e.get("tokens", {}) for e in phases.values()]),
-            sum(e.get("tokens", {}).get("calls", 0) for e in phases.values()),
+            _phase_tokens(list(phases.values())),
+            total_tokens(phases.values()).calls or 0,
         ]
     ]
-    parts.append(
-        "## Cost per phase (wall seconds of the run that finished the phase)\n\n"
-        + tabulate(rows + total, headers=["phase", "seconds", "tokens", "LLM calls"], tablefmt="github")
-        + "\n"
-    )
+    blocks.append(Table.of("Cost per phase (wall seconds of the run that finished the phase)", rows + total,
+                           ["phase", "seconds", "tokens", "LLM calls"], parse_numbers=True))
     if evaluation:
         t_all = evaluation["rounds"]
         marks = sorted({t for t in (5, 10, 15, 20, t_all) if t <= t_all})
         curves = evaluation["curves"]
-        usage = evaluation.get("tokens", {})  # a lower bound where some calls had no token counts
-        eval_unknown = {"unknown_calls": usage["unknown_calls"], "calls": usage.get("calls")} \
-            if usage.get("unknown_calls") else None
+        usage = record_tokens(evaluation)  # a lower bound where some calls had no token counts
         rows = [
             [
                 t,
                 _fmt(100 * curves["coverage"][t - 1], 2) if curves["coverage"][t - 1] is not None else "-",
                 _fmt(curves["efficiency"][t - 1], 2),
                 _fmt(curves["len"][t - 1], 2),
-                _fmt(curves["tokens"][t - 1], 0) if not eval_unknown else unknown_tokens(**eval_unknown),
+                _fmt(curves["tokens"][t - 1], 0) if not usage.unknown_calls
+                else unknown_tokens(usage.unknown_calls, usage.calls),
                 evaluation["new_discoveries"][t - 1],
             ]
             for t in marks
         ]
-        parts.append(
-            f"## Evaluation of the {evaluation['probes']} super probes "
-            f"({evaluation['prompt_variant']} prompt)\n\n"
-            + tabulate(rows, headers=["t", "Cov. %", "Eff.", "Len.", "Tokens", "new targets at t"],
-                       tablefmt="github")
-            + f"\nPopularity of liked items (eq. 3): {_fmt(evaluation['interaction_popularity'], 1)} "
-            f"(catalogue mean {_fmt(evaluation['catalogue_popularity'], 1)})\n"
-            + probe_failures_line(evaluation.get("trace", {}).get("probes", []))
-            + "\n" + validity_section(evaluation, config)
-        )
-    return "\n".join(parts)
+        after = (f"Popularity of liked items (eq. 3): {_fmt(evaluation['interaction_popularity'], 1)} "
+                 f"(catalogue mean {_fmt(evaluation['catalogue_popularity'], 1)})\n"
+                 + probe_failures_line(evaluation.get("trace", {}).get("probes", [])))
+        blocks.append(Table.of(
+            f"Evaluation of the {evaluation['probes']} super probes ({evaluation['prompt_variant']} prompt)",
+            rows, ["t", "Cov. %", "Eff.", "Len.", "Tokens", "new targets at t"], parse_numbers=True,
+            after=after))
+        blocks += validity_section(evaluation, config)
+    return blocks
 
 
-def validity_section(evaluation: dict, config) -> str:
+def validity_section(evaluation: dict, config) -> list[Block]:
     """The super probes' validity card (the same card `ctrlsim ctrlbench` prints per method)."""
     from ctrlsim.experiments import validity_card as VC
 
     if "validity" not in evaluation:
-        return ""
+        return []
     record = {"method": "super probes", "label": "Super probes", "seed": config.seed,
               "target": "+".join(config.target), "validity": evaluation["validity"]}
     card = VC.card_for("super probes", [record])
-    text = "\n## Probe validity of the super probes\n\n" + VC.validity_table({"super probes": card})
-    return text + ("\n\n" + VC.FAIL_NOTE if card.has_check and not card.passes else "") + "\n"
+    return [VC.validity_table({"super probes": card}, title="Probe validity of the super probes")]
 
 
 def probe_failures_line(probes: list[dict]) -> str:
@@ -227,10 +191,10 @@ def _levels(ctx: RunContext, records) -> dict:
     return {n: records[f"level/{n}"] for n in ctx.config.levels if f"level/{n}" in records}
 
 
-def report(ctx: RunContext, records) -> str:
+def report(ctx: RunContext, records) -> list[Block]:
     tables = render_tables(ctx.config, _generations(ctx), _phases(records), records.get("evaluate"))
     levels = _levels(ctx, records)
-    return tables + ("\n" + level_tables(levels) if levels else "")
+    return tables + (level_tables(levels) if levels else [])
 
 
 def figures(ctx: RunContext, records) -> None:

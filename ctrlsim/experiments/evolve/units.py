@@ -4,24 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.context import UnitContext
 from ctrlsim.experiments.evolve.config import EvolveConfig
 from ctrlsim.experiments.runner import RunContext
 
 
-def run_dataset(config: EvolveConfig):
-    """The dataset, once per process: the loop's task and the black box must share one object."""
-    from ctrlsim.experiments.units import cached_dataset
-
-    return cached_dataset(config.dataset)
-
-
-def run_box(config: EvolveConfig):
-    from ctrlsim.experiments.executor import worker_cache
-    from ctrlsim.recommenders import make_recommender
-
-    return worker_cache(f"evolve-box:{config.dataset}:{config.recommender}",
-                        lambda: make_recommender(config.recommender, run_dataset(config), mask_shown=True))
+def run_box(unit: UnitContext, config: EvolveConfig):
+    """The black box (shown items masked) over the run's dataset: the loop's task and the box share
+    the one dataset object of the process (`unit.dataset`)."""
+    return unit.box(config.recommender, config.dataset, mask_shown=True)
 
 
 def decision_settings(config: EvolveConfig, *, evaluation: bool = False):
@@ -38,43 +29,48 @@ def decision_settings(config: EvolveConfig, *, evaluation: bool = False):
                             conversation=config.conversation, **shared)
 
 @dataclass(frozen=True)
-class EvaluationUnit:
-    """What an evaluation unit needs: the config, the super probes (as dicts) and the LLM cache."""
+class Evaluation:
+    """One evaluation unit: the super probes' Task 1 rounds (`level` None, key "evaluate") or one
+    Task 2 level (key "level/<name>"); the spec travels with its key to the unit."""
+
+    level: str | None = None
+
+    @property
+    def key(self) -> str:
+        return "evaluate" if self.level is None else f"level/{self.level}"
+
+
+@dataclass(frozen=True)
+class EvaluationPayload:
+    """What every evaluation unit needs: the config, the super probes (as dicts), the target items."""
 
     config: EvolveConfig
     final: tuple[dict, ...]
-    cache: str
     target_items: frozenset
-    show_progress: bool
 
 
-def evaluation_unit(unit: EvaluationUnit, key: str) -> dict:
-    """Unit "evaluate" (Task 1 rounds of the super probes) or "level/<name>" (a Task 2 level)."""
+def evaluation_unit(payload: EvaluationPayload, unit: UnitContext) -> dict:
+    """One `Evaluation`: the Task 1 rounds of the super probes, or a Task 2 level."""
     from ctrlsim.agents.persona import Persona
     from ctrlsim.experiments.evolve.evaluation import evaluate_level, evaluate_roster
-    from ctrlsim.experiments.units import cached_llm
 
-    config = unit.config
-    personas = [Persona.from_dict(p) for p in unit.final]
-    llm = cached_llm(config.llm, unit.cache)
-    recommender, decisions = run_box(config), decision_settings(config, evaluation=True)
-    if key == "evaluate":
-        return evaluate_roster(config, personas, recommender, llm, decisions, set(unit.target_items),
+    config, evaluation = payload.config, unit.spec
+    personas = [Persona.from_dict(p) for p in payload.final]
+    llm = unit.llm(config.llm)
+    recommender, decisions = run_box(unit, config), decision_settings(config, evaluation=True)
+    if evaluation.level is None:
+        return evaluate_roster(config, personas, recommender, llm, decisions, set(payload.target_items),
                                show_progress=unit.show_progress)
-    if key.startswith("level/"):
-        return evaluate_level(config, key.removeprefix("level/"), personas, recommender, llm, decisions)
-    raise ConfigError(f"unknown evolve unit {key!r}")
+    return evaluate_level(config, evaluation.level, personas, recommender, llm, decisions)
 
 
-def payload(ctx: RunContext) -> EvaluationUnit:
-    assert ctx.folder is not None
-    return EvaluationUnit(ctx.config, tuple(p.to_dict() for p in ctx.state["result"].final),
-                          str(ctx.folder.file("llm-cache.sqlite").resolve()),
-                          frozenset(ctx.state["target_items"]), ctx.show_progress)
+def payload(ctx: RunContext) -> EvaluationPayload:
+    return EvaluationPayload(ctx.config, tuple(p.to_dict() for p in ctx.state["result"].final),
+                             frozenset(ctx.state["target_items"]))
 
 
-def plan(ctx: RunContext, finished) -> list[str]:
+def plan(ctx: RunContext, finished) -> list[Evaluation]:
     result = ctx.state.get("result")
     if result is None or result.stopped_after is not None:
         return []
-    return (["evaluate"] if ctx.config.eval_rounds > 0 else []) + [f"level/{n}" for n in ctx.config.levels]
+    return ([Evaluation()] if ctx.config.eval_rounds > 0 else []) + [Evaluation(n) for n in ctx.config.levels]

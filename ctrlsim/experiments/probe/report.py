@@ -6,12 +6,12 @@ import json
 import numpy as np
 
 from ctrlsim.experiments.probe.config import UNITS, ProbeRunConfig
+from ctrlsim.experiments.tables import Table
+from ctrlsim.experiments.usage import record_tokens
 
 
-def format_tables(config: ProbeRunConfig, records: dict[str, dict]) -> str:
+def format_tables(config: ProbeRunConfig, records: dict[str, dict]) -> list[Table]:
     """CtrlBench-Rec Table 1 layout: Coverage (%) and Exploration Efficiency at each checkpoint."""
-    from tabulate import tabulate
-
     cps = config.resolved_checkpoints
 
     def fmt(v):
@@ -29,21 +29,21 @@ def format_tables(config: ProbeRunConfig, records: dict[str, dict]) -> str:
     if ceiling and "at" in ceiling:
         rows.append([config.recommender, f"Ceiling ({ceiling['bound']})"]
                     + [fmt(100 * ceiling["at"][str(t)]) for t in cps] + ["" for _ in cps])
-    table = tabulate(rows, headers=header, tablefmt="github", disable_numparse=True)
-    title = f"## Table 1 layout: {config.recommender}, target {config.target}, task {config.task}"
-    lines = [title, "", table, ""]
+    title = f"Table 1 layout: {config.recommender}, target {config.target}, task {config.task}"
+    lines = []
     if episode:
         lines += [f"- recommender: {json.dumps(episode['recommender'], default=str)}",
                   f"- task: {json.dumps(episode['task'], default=str)}",
                   f"- failed probes: {len(episode['failures'])} of {config.agents}",
-                  f"- tokens (from the stored records): {episode['tokens']} (random probes use no LLM)"]
+                  f"- tokens (from the stored records): {record_tokens(episode).total} "
+                  "(random probes use no LLM)"]
     missing = [u for u in UNITS if u not in records]
     if missing:
         lines.append(f"- not finished yet: {', '.join(missing)} (rerun the same command to resume)")
-    return "\n".join(lines)
+    return [Table.of(title, rows, header, after="\n".join(lines))]
 
 
-def report(ctx, records) -> str:
+def report(ctx, records) -> list[Table]:
     return format_tables(ctx.config, dict(records))
 
 

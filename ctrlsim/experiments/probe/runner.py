@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from ctrlsim.experiments.probe import config, report, units
-from ctrlsim.experiments.runner import Runner, payload_with_progress
+from ctrlsim.experiments.runner import Runner
 
 RUNNER = Runner(name="probe", config_cls=config.ProbeRunConfig, description=config.__doc__,
-                unit_fn=units.probe_unit, plan=units.plan, report=report.report, figures=report.figures,
-                check=units.check, payload=payload_with_progress, identity=config.identity,
+                unit_fn=units.run_unit, plan=units.plan, report=report.report, figures=report.figures,
+                check=units.check, identity=config.identity,
                 from_identity=config.from_identity, default_out="results/probe",
                 presets=config.PRESETS)
 

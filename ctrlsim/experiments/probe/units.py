@@ -1,21 +1,20 @@
 """`ctrlsim probe`'s two units: the population episode and the controllability ceiling."""
 from __future__ import annotations
 
-import json
 import time
 from typing import Callable
 
 from ctrlsim.envs import PopulationEnv, ProbeSpec
 from ctrlsim.errors import PROBE_FAILURES, ConfigError
+from ctrlsim.experiments.context import UnitContext
 from ctrlsim.experiments.probe.config import UNITS, ProbeRunConfig
-from ctrlsim.experiments.runner import ProgressPayload
-from ctrlsim.experiments.units import progress, run_dataset
 
 # ----------------------------------------------------------------------------- the episode
 
 def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, checkpoints: tuple[int, ...],
-                   show_progress: bool = True, roster: list[ProbeSpec] | None = None) -> dict[int, dict]:
-    """Run one episode; `policy_for(agent, rng)` builds each agent's policy. Returns metrics per checkpoint.
+                   unit: UnitContext | None = None, roster: list[ProbeSpec] | None = None) -> dict[int, dict]:
+    """Run one episode; `policy_for(agent, rng)` builds each agent's policy. Returns metrics per checkpoint
+    (a progress bar where `unit` draws them).
 
     A policy that raises is reported to the env with `env.drop(agent, reason)`: that probe
     ends, the others go on.
@@ -23,7 +22,7 @@ def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, check
     obs, infos = env.reset(seed=seed, options={"roster": roster} if roster is not None else None)
     policies = {a: policy_for(a, env.agent_rngs[a]) for a in env.agents}
     results: dict[int, dict] = {}
-    bar = progress(range(1, env.engine.budget + 1), desc="rounds", show=show_progress)
+    bar = (unit or UnitContext()).progress(range(1, env.engine.budget + 1), desc="rounds")
     for t in bar:
         if not env.agents:
             break
@@ -40,19 +39,10 @@ def run_population(env: PopulationEnv, policy_for: Callable, *, seed: int, check
     return results
 
 
-def _black_box(config: ProbeRunConfig):
-    """The run's black box, built once per process (the episode and the ceiling share it)."""
-    from ctrlsim.experiments.executor import worker_cache
-    from ctrlsim.recommenders import make_recommender
-
-    options = json.dumps(config.recommender_options, sort_keys=True)
-    name = f"probe-run:{config.recommender}:{config.dataset}:{options}"
-    return worker_cache(name, lambda: make_recommender(config.recommender, run_dataset(config.dataset),
-                                                       mask_shown=True, **config.recommender_options))
-
-
-def _env(config: ProbeRunConfig) -> PopulationEnv:
-    return PopulationEnv(_black_box(config), n_agents=config.agents, task=config.task, target=config.target,
+def _env(config: ProbeRunConfig, unit: UnitContext) -> PopulationEnv:
+    # The run's black box, built once per process (the episode and the ceiling share it).
+    box = unit.box(config.recommender, config.dataset, mask_shown=True, **config.recommender_options)
+    return PopulationEnv(box, n_agents=config.agents, task=config.task, target=config.target,
                          slate_size=config.resolved_slate_size, budget=config.rounds)
 
 
@@ -61,15 +51,15 @@ def spec_to_dict(spec: ProbeSpec) -> dict:
             "attributes": dict(spec.attributes)}
 
 
-def run_unit(config: ProbeRunConfig, key: str, *, show_progress: bool = False) -> dict:
+def run_unit(config: ProbeRunConfig, unit: UnitContext) -> dict:
     """One unit of work: "episode" or "ceiling" (both pure functions of the config)."""
     from ctrlsim.agents import RandomProbe
 
     started = time.time()
-    env = _env(config)
-    if key == "episode":
+    env = _env(config, unit)
+    if unit.key == "episode":
         metrics = run_population(env, lambda agent, rng: RandomProbe(rng, config.like_prob), seed=config.seed,
-                                 checkpoints=config.resolved_checkpoints, show_progress=show_progress)
+                                 checkpoints=config.resolved_checkpoints, unit=unit)
         records = [p.record for p in env.probes.values()]
         return {"recommender": env.recommender.identity, "task": env.task.config,
                 "metrics": {str(t): m for t, m in metrics.items()}, "failures": dict(env.failures),
@@ -77,7 +67,7 @@ def run_unit(config: ProbeRunConfig, key: str, *, show_progress: bool = False) -
                 "likes": int(sum(len(r.likes) for r in records)),
                 "roster": [spec_to_dict(p.spec) for p in env.probes.values()],
                 "seconds": round(time.time() - started, 2)}
-    if key == "ceiling":
+    if unit.key == "ceiling":
         from ctrlsim.envs.ceiling import controllability_ceiling
 
         target = getattr(env.task, "target", None)
@@ -85,7 +75,7 @@ def run_unit(config: ProbeRunConfig, key: str, *, show_progress: bool = False) -
             return {"skipped": f"task {config.task!r} has no target set"}
         env.reset(seed=config.seed)  # the same roster the episode played
         roster = [p.spec for p in env.probes.values()]
-        bar = progress(desc="ceiling (states)", show=show_progress, unit="state")
+        bar = unit.progress(desc="ceiling (states)", unit="state")
         ceiling = controllability_ceiling(env.recommender, roster, target,
                                           slate_size=config.resolved_slate_size, budget=config.rounds,
                                           max_states_per_probe=config.ceiling_states,
@@ -97,15 +87,15 @@ def run_unit(config: ProbeRunConfig, key: str, *, show_progress: bool = False) -
                 "max_states_per_probe": ceiling.max_states_per_probe,
                 "bound": "exact" if ceiling.exhaustive else "lower bound (beam search)",
                 "seconds": round(time.time() - started, 2)}
-    raise ConfigError(f"unknown probe-run unit {key!r}; units: {', '.join(UNITS)}")
+    raise ConfigError(f"unknown probe-run unit {unit.key!r}; units: {', '.join(UNITS)}")
 
 
 
-def preflight(config: ProbeRunConfig) -> None:
+def preflight(config: ProbeRunConfig, unit: UnitContext) -> None:
     """What can be checked from the dataset alone, before the black box loads or trains."""
     from ctrlsim.envs.roster import user_order
 
-    ds = run_dataset(config.dataset)
+    ds = unit.dataset(config.dataset)
     size = len(ds.items_with_tag(config.target))  # an unknown tag raises DataError naming it
     if config.task == "target-discovery" and size == 0:
         raise ConfigError(f"target {config.target!r} has no items in {ds.name}; choose another tag")
@@ -115,13 +105,9 @@ def preflight(config: ProbeRunConfig) -> None:
 
 
 def check(ctx) -> None:
-    preflight(ctx.config)
+    preflight(ctx.config, ctx.unit)
 
 
 def plan(ctx, finished) -> list[str]:
     return list(UNITS)
 
-
-def probe_unit(unit: ProgressPayload, key: str) -> dict:
-    """The executor's unit: `run_unit` with progress bars when it runs in the driver's process."""
-    return run_unit(unit.config, key, show_progress=unit.show_progress)

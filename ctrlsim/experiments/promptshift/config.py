@@ -86,7 +86,6 @@ class PromptShiftConfig:
     exclude_history: bool = option(False, "drop generated items already in H_u")
     unmatched: str = option(UNMATCHED_POLICIES[0], "unmatched titles in SliceShift: count as 0 or skip",
                             choices=UNMATCHED_POLICIES)
-    llm_cache: str | None = option(None, "response-cache file for the LLMs (sqlite); does not change results")
 
     def __post_init__(self):
         if isinstance(self.llms, str):
@@ -120,10 +119,25 @@ class PromptShiftConfig:
             raise ConfigError(f"p must be in (0, 1), got {self.p!r}")
 
     def identity(self) -> dict:
-        """What the results depend on (the response cache does not change them)."""
-        d = config_to_dict(self)
-        d.pop("llm_cache")
-        return d
+        """What the results depend on: every field (the response caches are the run's, not the config's)."""
+        return config_to_dict(self)
+
+    def units(self, users) -> list[UserLists]:
+        """One unit per (LLM, sampled user), in a stable order."""
+        return [UserLists(llm, user) for llm in self.llms for user in users]
+
+
+@dataclass(frozen=True)
+class UserLists:
+    """One unit of a PromptShift run: the lists one generator (an LLM spec or `dial:<lambda>`) writes
+    for one user. Stored under `key` ("<llm>/<user>"); the spec travels with the key to the unit."""
+
+    llm: str
+    user: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.llm}/{self.user}"
 
 
 # `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from ctrlsim.experiments.config import check_known_methods
+from ctrlsim.experiments.context import UnitContext
 from ctrlsim.experiments.promptshift.config import PromptShiftConfig
 from ctrlsim.experiments.promptshift.units import build_data, make_engine
 from ctrlsim.experiments.runner import Observation
-from ctrlsim.experiments.units import cached_llm
 from ctrlsim.recommenders.dial import is_dial
 
 METHODS = ("b0", "b1", "b2", "b3")
@@ -36,32 +36,31 @@ def check_compare(box: str) -> None:
         check_llm_spec(box, name="compare")
 
 
-def check(cal: Any, method: str, box: str) -> None:
+def check(cal: Any, method: str, box: str, unit: UnitContext) -> None:
     """Every seed's user sample can be drawn: no model loads."""
     from ctrlsim.recommenders.promptshift.data import sample_users
 
     for seed in cal.seeds:
         cfg = config_for(cal, method, box, seed)
-        sample_users(build_data(cfg), cfg.users, seed)
+        sample_users(build_data(cfg, unit), cfg.users, seed)
 
 
 def llms(cal: Any, methods: tuple[str, ...], boxes: list[str]) -> list[str]:
-    """Every box that is not a dial is an LLM (its replies go to the calibration's cache)."""
+    """Every box that is not a dial is an LLM (its replies go to the calibration's caches)."""
     return [b for b in boxes if not is_dial(b)]
 
 
-def observe(cal: Any, method: str, box: str, seed: int, *, show_progress: bool = False,
-            llm_cache: str | None = None) -> dict:
+def observe(cal: Any, method: str, box: str, seed: int, unit: UnitContext) -> dict:
     """Drift and SliceShift of the method's reranking of every sampled user's cued lists."""
     from ctrlsim.recommenders.promptshift.data import sample_users
     from ctrlsim.recommenders.promptshift.rerankers import PAPER_PARAMS
     from ctrlsim.recommenders.promptshift.selection import reranker_set
 
     cfg = config_for(cal, method, box, seed)
-    data = build_data(cfg)
+    data = build_data(cfg, unit)
     users = sample_users(data, cfg.users, seed)
     # The runner's own engine: a dial spec gets the dial generator, an LLM spec the LLM's lists.
-    engine = make_engine(cfg, data, box if is_dial(box) else cached_llm(box, llm_cache), users=users)
+    engine = make_engine(cfg, data, box if is_dial(box) else unit.llm(box), users=users)
     reranker = reranker_set(engine, PAPER_PARAMS)[method.upper()]
     values: dict[str, dict[str, float]] = {"drift": {}, "slice_shift": {}}
     unmatched = parse_errors = 0

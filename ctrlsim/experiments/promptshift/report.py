@@ -10,12 +10,13 @@ import math
 from typing import Mapping, Sequence
 
 import numpy as np
-from tabulate import tabulate
 
 from ctrlsim.experiments.config import config_to_dict
 from ctrlsim.experiments.promptshift.config import PromptShiftConfig
 from ctrlsim.experiments.promptshift.units import check, generated_list, make_engine
 from ctrlsim.experiments.runner import RunContext
+from ctrlsim.experiments.tables import Block, Table, Text
+from ctrlsim.experiments.usage import total_tokens
 from ctrlsim.metrics import paired_t_test
 from ctrlsim.recommenders.promptshift.data import PromptShiftData
 from ctrlsim.recommenders.promptshift.rerankers import VARIANTS
@@ -103,55 +104,52 @@ def _f(x) -> str:
     return f"{x:.4f}"
 
 
-def format_tables(result: Mapping) -> str:
+def format_tables(result: Mapping) -> list[Block]:
     """Tables 4, 5 and 6 in the paper's layout, per-scenario means, our t-tests, selections and choices."""
     k = result["config"]["k"]
     names = metric_names(k)
     heads = ["Drift ↓", "SliceShift → 0", f"Difficulty@{k} ↑", f"HitRate@{k} ↑", f"MRR@{k} ↑",
              f"NDCG@{k} ↑"]
     label = lambda s: DATASET_LABELS.get(s["dataset"], s["dataset"])  # noqa: E731
-    out = []
+    out: list[Block] = []
     rows4 = [[label(s), s["model"], _f(s["table4"]["paraphrase_drift"]), _f(s["table4"]["cue_drift"]),
               _f(s["table4"]["delta_d"]), _f(s["table4"]["slice_shift"]), s["n_users"],
               f"{s['matching']['match_rate']:.2f}"] for s in result["settings"]]
-    out.append("Table 4: Prompt-effect results (Cue Drift and SliceShift averaged across scenarios)\n\n"
-               + tabulate(rows4, headers=["Dataset", "Model", "Paraphrase Drift", "Cue Drift", "Δd",
-                                          "SliceShift", "Users", "Match rate"],
-                          tablefmt="github", disable_numparse=True))
+    out.append(Table.of("Table 4: Prompt-effect results (Cue Drift and SliceShift averaged across scenarios)",
+                        rows4, ["Dataset", "Model", "Paraphrase Drift", "Cue Drift", "Δd", "SliceShift",
+                                "Users", "Match rate"], level=0))
     rows_s = []
     for s in result["settings"]:
         for scen, v in s["per_scenario"].items():
             rows_s.append([label(s), s["model"], scen, int(v["users"])]
                           + [_f(v[f"{b}/{m}"]) for b in VARIANTS for m in ("drift", "slice_shift")])
-    out.append("Per scenario: Drift and SliceShift of B0-B3 (user means)\n\n" + tabulate(
-        rows_s, headers=["Dataset", "Model", "Scenario", "Users"]
-        + [f"{b} {m}" for b in VARIANTS for m in ("Drift", "SliceShift")], tablefmt="github",
-        disable_numparse=True))
+    out.append(Table.of("Per scenario: Drift and SliceShift of B0-B3 (user means)", rows_s,
+                        ["Dataset", "Model", "Scenario", "Users"]
+                        + [f"{b} {m}" for b in VARIANTS for m in ("Drift", "SliceShift")], level=0))
     rows5 = [[label(s), s["model"], v] + [_f(s["variants"][v][m]) for m in names]
              for s in result["settings"] for v in ("B0", "B3")]
-    out.append("Table 5: B0 vs B3 per dataset-model (averaged across scenarios)\n\n" + tabulate(
-        rows5, headers=["Dataset", "Model", "Variant", *heads], tablefmt="github", disable_numparse=True))
+    out.append(Table.of("Table 5: B0 vs B3 per dataset-model (averaged across scenarios)", rows5,
+                        ["Dataset", "Model", "Variant", *heads], level=0))
     rows6 = [[v, VARIANT_LABELS[v]] + [_f(result["table6"][v][m]) for m in names] for v in VARIANTS]
-    out.append(f"Table 6: Macro means across {len(result['settings'])} dataset-model setting(s)\n\n"
-               + tabulate(rows6, headers=["Method", "", *heads], tablefmt="github", disable_numparse=True))
+    out.append(Table.of(f"Table 6: Macro means across {len(result['settings'])} dataset-model setting(s)",
+                        rows6, ["Method", "", *heads], level=0))
     sig = [[s["model"], name, _f(t["mean"]), _f(t["t"]), _f(t["p"]), t["n"],
             "undefined" if t["p"] != t["p"] else ("yes" if t["p"] < 0.05 else "no")]
            for s in result["settings"] for name, t in s["significance"].items()]
-    out.append("One-tailed paired t-tests (our addition; the paper reports none)\n\n" + tabulate(
-        sig, headers=["Model", "Test", "Mean diff", "t", "p", "n", "p < 0.05"], tablefmt="github",
-        disable_numparse=True))
+    out.append(Table.of("One-tailed paired t-tests (our addition; the paper reports none)", sig,
+                        ["Model", "Test", "Mean diff", "t", "p", "n", "p < 0.05"], level=0))
     for s in result["settings"]:
         sel = s["selection"]
-        out.append(f"Frozen on validation ({s['model']}): match threshold {sel['match_threshold']}, "
-                   f"B3 parameters {sel['b3']['chosen'] if sel.get('b3') else 'paper (selection off)'}")
-    out.append("Protocol choices (where the paper leaves them open)\n\n" + "\n".join(
-        f"- {key}: {value}" for key, value in result["choices"].items()))
+        out.append(Text(f"Frozen on validation ({s['model']}): match threshold {sel['match_threshold']}, "
+                        f"B3 parameters {sel['b3']['chosen'] if sel.get('b3') else 'paper (selection off)'}"))
+    out.append(Text("Protocol choices (where the paper leaves them open)\n\n" + "\n".join(
+        f"- {key}: {value}" for key, value in result["choices"].items())))
     if result.get("failed"):
-        out.append("Failed units (rerun to retry): "
-                   + "; ".join(f"{key}: {err}" for key, err in result["failed"].items()))
+        out.append(Text("Failed units (rerun to retry): "
+                        + "; ".join(f"{key}: {err}" for key, err in result["failed"].items())))
     if not result.get("complete", True):
-        out.append("(partial run: rerun the same command to finish)")
-    return "\n\n".join(out)
+        out.append(Text("(partial run: rerun the same command to finish)"))
+    return out
 
 
 # --------------------------------------------------------------------- figures
@@ -207,14 +205,12 @@ def compute_summary(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequen
         if not done:
             continue
         engine = make_engine(cfg, data, name, users=done)
-        tokens = {"prompt_tokens": 0, "completion_tokens": 0}
         for u in done:
             for d in records[f"{name}/{u}"]["lists"]:
                 engine.preload(u, generated_list(d))
-                tokens["prompt_tokens"] += d["prompt_tokens"] or 0  # null: not reported (unknown)
-                tokens["completion_tokens"] += d["completion_tokens"] or 0
-                if d["prompt_tokens"] is None or d["completion_tokens"] is None:
-                    tokens["unknown_lists"] = tokens.get("unknown_lists", 0) + 1
+        usage = total_tokens(records[f"{name}/{u}"] for u in done)  # a list whose counts are null: unknown
+        tokens = {"prompt_tokens": usage.prompt, "completion_tokens": usage.completion,
+                  **({"unknown_lists": usage.unknown_calls} if usage.unknown_calls else {})}
         test, selection = validate_then_test(engine, done, match_threshold=cfg.match_threshold,
                                              select_b3=cfg.select_on_validation)
         identity = records[f"{name}/{done[0]}"].get("llm", {"spec": name})
@@ -242,7 +238,7 @@ def run_summary(ctx: RunContext, records: Mapping[str, dict]) -> dict:
     return result
 
 
-def report(ctx: RunContext, records: Mapping[str, dict]) -> str:
+def report(ctx: RunContext, records: Mapping[str, dict]) -> list[Block]:
     result = run_summary(ctx, records)
     assert ctx.folder is not None
     ctx.folder.write_json("summary.json", result)

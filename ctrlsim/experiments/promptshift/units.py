@@ -1,5 +1,5 @@
 """PromptShift's units: the dataset preparation, the choices the paper leaves open, and one unit
-"<llm>/<user>" that generates the user's lists; plus the driver's checks and plan."""
+(`UserLists`, key "<llm>/<user>") that generates the user's lists; plus the driver's checks and plan."""
 from __future__ import annotations
 
 import json
@@ -8,11 +8,10 @@ from typing import Mapping
 from ctrlsim.backends import LLM
 from ctrlsim.data.splits import AGE_GROUPS
 from ctrlsim.experiments.config import config_from_dict
-from ctrlsim.experiments.executor import worker_cache
-from ctrlsim.experiments.promptshift.config import GENERATION_CHOICES, PromptShiftConfig
+from ctrlsim.experiments.context import UnitContext
+from ctrlsim.experiments.promptshift.config import GENERATION_CHOICES, PromptShiftConfig, UserLists
 from ctrlsim.experiments.provenance import software_versions
 from ctrlsim.experiments.runner import RunContext
-from ctrlsim.experiments.units import cached_llm, provide_llm, run_dataset
 from ctrlsim.recommenders.dial import is_dial
 from ctrlsim.recommenders.promptshift.data import PromptShiftData, sample_users
 from ctrlsim.recommenders.promptshift.defaults import (
@@ -26,17 +25,18 @@ from ctrlsim.recommenders.promptshift.generation import REQUEST, GeneratedList
 from ctrlsim.recommenders.promptshift.rerankers import PAPER_PARAMS, PARAM_GRID
 
 
-def build_data(cfg: PromptShiftConfig) -> PromptShiftData:
-    """The dataset's PromptShift preparation (cached per process: the driver and local units share it)."""
+def build_data(cfg: PromptShiftConfig, unit: UnitContext | None = None) -> PromptShiftData:
+    """The dataset's PromptShift preparation (once per process: the driver and local units share it)."""
+    unit = unit or UnitContext()
     key = "promptshift-data:" + json.dumps([cfg.dataset, cfg.scenarios, cfg.positive_threshold,
                                             cfg.history_len, cfg.min_fit_positives])
 
     def factory() -> PromptShiftData:
-        dataset = run_dataset(cfg.dataset)
         threshold = AUTO if cfg.positive_threshold is None else cfg.positive_threshold
-        return PromptShiftData.build(dataset, scenarios=cfg.scenarios, positive_threshold=threshold,
-                                     history_len=cfg.history_len, min_fit_positives=cfg.min_fit_positives)
-    return worker_cache(key, factory)
+        return PromptShiftData.build(unit.dataset(cfg.dataset), scenarios=cfg.scenarios,
+                                     positive_threshold=threshold, history_len=cfg.history_len,
+                                     min_fit_positives=cfg.min_fit_positives)
+    return unit.once(key, factory)
 
 
 def protocol_choices(cfg: PromptShiftConfig, data: PromptShiftData) -> dict:
@@ -96,15 +96,16 @@ def make_engine(cfg: PromptShiftConfig, data: PromptShiftData, llm: str | LLM,
                              exclude_history=cfg.exclude_history, unmatched=cfg.unmatched)
 
 
-def generate_user_lists(cfg: PromptShiftConfig, key: str) -> dict:
-    """Unit of work "<llm>/<user>": the user's L^0, P1-P3 and one cued list per scenario."""
-    llm_spec, _, user = key.rpartition("/")
-    data = build_data(cfg)
-    if is_dial(llm_spec):
-        engine = make_engine(cfg, data, llm_spec, users=[user])
+def generate_user_lists(cfg: PromptShiftConfig, unit: UnitContext) -> dict:
+    """One `UserLists` unit: the user's L^0, P1-P3 and one cued list per scenario."""
+    spec: UserLists = unit.spec
+    user = spec.user
+    data = build_data(cfg, unit)
+    if is_dial(spec.llm):
+        engine = make_engine(cfg, data, spec.llm, users=[user])
         identity = engine.config["generator"]
     else:
-        llm = cached_llm(llm_spec, cfg.llm_cache)
+        llm = unit.llm(spec.llm)
         engine, identity = make_engine(cfg, data, llm, users=[user]), llm.identity
     lists, usage = engine.lists_for(user, engine.user_conditions(user))
     return {"user": user, "llm": identity, "lists": [c.generated.to_dict() for c in lists],
@@ -118,7 +119,7 @@ def generated_list(d: Mapping) -> GeneratedList:
 
 def check(ctx: RunContext) -> None:
     """The dataset's preparation and the user sample: no model is loaded."""
-    data = build_data(ctx.config)  # loads the dataset only
+    data = build_data(ctx.config, ctx.unit)  # loads the dataset only
     ctx.state.update(data=data, users=sample_users(data, ctx.config.users, ctx.config.seed),
                      choices=protocol_choices(ctx.config, data))
     from ctrlsim.backends.bundled import check_cache_writable
@@ -145,9 +146,7 @@ def prepare(ctx: RunContext) -> None:
     ctx.folder.write_json("config.json", {
         "runner": "promptshift", "config": ctx.folder.config, "choices": ctx.state["choices"],
         "provenance": ctx.folder.provenance, "software": software_versions()})
-    for name, obj in ctx.resources.get("llms", {}).items():
-        provide_llm(name, ctx.config.llm_cache, obj)
 
 
-def plan(ctx: RunContext, finished) -> list[str]:
-    return [f"{name}/{u}" for name in ctx.config.llms for u in ctx.state["users"]]
+def plan(ctx: RunContext, finished) -> list[UserLists]:
+    return ctx.config.units(ctx.state["users"])

@@ -6,7 +6,7 @@ folder's `records.jsonl` as soon as they exist; a rerun with the same config ski
 what is done (the LLM's response cache makes a half-finished unit cheap to redo).
 `tables.md` and `figures/*.png` are rewritten from the records at the end.
 Each record key is one executor unit (`run_steereval_unit`) whatever the executor: a unit
-rebuilds its scenario from the config and reads the run folder's LLM response cache. The
+gets its scenario with its key (a `SteerEvalEpisode` spec) and reads the run's LLM response caches. The
 protocol itself (scenarios, conditions, the engine) is `ctrlsim.recommenders.steereval`.
 Conditions (the paper's tables in brackets):
 

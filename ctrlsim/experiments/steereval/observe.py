@@ -12,7 +12,7 @@ from typing import Any
 
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import check_known_methods
-from ctrlsim.experiments.executor import worker_cache
+from ctrlsim.experiments.context import UnitContext
 from ctrlsim.experiments.runner import Observation
 from ctrlsim.experiments.steereval.config import SteerEvalConfig
 from ctrlsim.experiments.steereval.units import (
@@ -22,7 +22,6 @@ from ctrlsim.experiments.steereval.units import (
     prepare_dataset,
     scenarios_for,
 )
-from ctrlsim.experiments.units import cached_llm
 from ctrlsim.recommenders.dial import is_dial
 
 # Each method is the intervention of one of SteerEval's conditions, on the unit's ranker.
@@ -45,17 +44,17 @@ def check_compare(box: str) -> None:
         raise ConfigError(f"compare: steereval compares its rankers {RANKERS} or a dial spec, not {box!r}")
 
 
-def _scenarios(cfg: SteerEvalConfig) -> tuple[tuple, list]:
+def _scenarios(cfg: SteerEvalConfig, unit: UnitContext) -> tuple[tuple, list]:
     """(data, scenarios) of a SteerEval config, once per process (they need no model)."""
     def build():
-        data = prepare_dataset(cfg)
+        data = prepare_dataset(cfg, unit)
         return data, scenarios_for(cfg, data)[0]
-    return worker_cache(f"calibrate-steereval:{cfg!r}", build)
+    return unit.once(f"calibrate-steereval:{cfg!r}", build)
 
 
-def check(cal: Any, method: str, box: str) -> None:
+def check(cal: Any, method: str, box: str, unit: UnitContext) -> None:
     for seed in cal.seeds:
-        if not _scenarios(config_for(cal, method, box, seed))[1]:
+        if not _scenarios(config_for(cal, method, box, seed), unit)[1]:
             raise ConfigError(f"steereval: no feasible scenario for tags {list(cal.tags)} at "
                               f"pool_size={cal.pool_size} (seed {seed})")
 
@@ -66,20 +65,19 @@ def needs_llm(method: str, box: str) -> bool:
 
 
 def llms(cal: Any, methods: tuple[str, ...], boxes: list[str]) -> list[str]:
-    """The LLMs the units load (their replies go to the calibration's cache)."""
+    """The LLMs the units load (their replies go to the calibration's caches)."""
     return [cal.llm] if any(needs_llm(m, b) for m in methods for b in boxes) else []
 
 
-def observe(cal: Any, method: str, box: str, seed: int, *, show_progress: bool = False,
-            llm_cache: str | None = None) -> dict:
+def observe(cal: Any, method: str, box: str, seed: int, unit: UnitContext) -> dict:
     """Delta-AUC_t of every feasible scenario, with the edits refused or unchanged and the tokens."""
     from ctrlsim.envs.steereval_env import to_observation_text
 
     cfg = config_for(cal, method, box, seed)
-    data, scenarios = _scenarios(cfg)
+    data, scenarios = _scenarios(cfg, unit)
     cond = dataclasses.replace(CONDITIONS[METHODS[method]], ranker=box)
     uses_llm = needs_llm(method, box)
-    model: Any = cached_llm(cal.llm, llm_cache) if uses_llm else cal.llm
+    model: Any = unit.llm(cal.llm) if uses_llm else cal.llm
     policy = intervention_policy(cond, model)
     env = make_env(cfg, data, cond, model)
     start = model.meter.total if uses_llm else None

@@ -12,6 +12,8 @@ from ctrlsim.experiments.config import config_from_dict, config_to_dict
 from ctrlsim.experiments.runner import RunContext
 from ctrlsim.experiments.steereval.config import RECORD_FIELDS, SteerEvalConfig
 from ctrlsim.experiments.steereval.units import CONDITIONS, LLM_WRITTEN, plan
+from ctrlsim.experiments.tables import Block, Table, Text, blocks_from_json, render_markdown, tables_json
+from ctrlsim.experiments.usage import total_tokens
 from ctrlsim.metrics.stats import format_test, mean_ci
 from ctrlsim.metrics.steereval import direction_cell, rejected_tags
 from ctrlsim.seeding import derive_rng
@@ -34,14 +36,12 @@ PAPER: dict[str, dict[Any, tuple[float, float]]] = {
 
 
 
-def token_totals(records: list[dict]) -> dict[str, int]:
+def token_totals(records: list[dict]) -> dict[str, int | None]:
     """Tokens spent, summed from the stored records (so a resumed run reports the whole run);
     `unknown_calls` (only when non-zero) counts calls whose server sent no token counts."""
-    prompt = sum(r.get("tokens", {}).get("prompt", 0) for r in records)
-    completion = sum(r.get("tokens", {}).get("completion", 0) for r in records)
-    unknown = sum(r.get("tokens", {}).get("unknown_calls", 0) for r in records)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            **({"unknown_calls": unknown} if unknown else {})}
+    usage = total_tokens(records)
+    return {"prompt_tokens": usage.prompt, "completion_tokens": usage.completion, "total_tokens": usage.total,
+            **({"unknown_calls": usage.unknown_calls} if usage.unknown_calls else {})}
 
 
 def tokens_text(tokens: dict) -> str:
@@ -70,13 +70,11 @@ def _paper(table: str, row: str, direction: str) -> str:
     return "" if values is None else f"{values[0 if direction == 'increase' else 1]:+.4f}"
 
 
-def _table(title: str, rows: list[tuple[str, list[dict]]], paper_key: str | None = None) -> str:
-    from tabulate import tabulate
-
+def _table(title: str, rows: list[tuple[str, list[dict]]], paper_key: str | None = None) -> Table:
     body = [[name, _cell(rs, "increase"), _paper(paper_key or "", name, "increase"),
              _cell(rs, "decrease"), _paper(paper_key or "", name, "decrease")] for name, rs in rows]
     head = ["", "Incr. ΔAUC_t (↑)", "paper", "Decr. ΔAUC_t (↓)", "paper"]
-    return f"{title}\n\n{tabulate(body, headers=head, tablefmt='github', disable_numparse=True)}\n"
+    return Table.of(title, body, head, level=0)
 
 
 def kept_trigger_tags(records: list[dict], max_share: float) -> tuple[set[str], set[str]] | None:
@@ -105,10 +103,9 @@ def _tag_list(summary: dict, tags: list[str]) -> str:
     return ", ".join(f"{t} ({summary[t][0]:+.4f})" for t in tags) or "-"
 
 
-def table6(default: list[dict]) -> str:
-    from tabulate import tabulate
-
-    parts = ["Table 6. Mean ΔAUC_t per tag (default condition): most and least steered tags"]
+def table6(default: list[dict]) -> list[Block]:
+    parts: list[Block] = [
+        Text("Table 6. Mean ΔAUC_t per tag (default condition): most and least steered tags")]
     for kind in sorted({r["tag_kind"] for r in default}):
         summary = per_tag_summary(_by(default, tag_kind=kind))
         rows = []
@@ -123,14 +120,11 @@ def table6(default: list[dict]) -> str:
                          f"{n_right}/{len(tags)} in the right direction, {n_sig}/{len(tags)} significantly "
                          f"(paper, all tags: {'89/94' if direction == 'increase' else '76/94'} "
                          "right direction)"])
-        parts.append(f"\n{kind.capitalize()} tags\n\n" + tabulate(rows, headers=["", "tags (ΔAUC_t)"],
-                                                                   tablefmt="github", disable_numparse=True))
-    return "\n".join(parts) + "\n"
+        parts.append(Table.of(f"{kind.capitalize()} tags", rows, ["", "tags (ΔAUC_t)"], level=0))
+    return parts
 
 
-def table8(default: list[dict], samples: int, seed: int) -> str:
-    from tabulate import tabulate
-
+def table8(default: list[dict], samples: int, seed: int) -> Table:
     rows = []
     for direction in ("increase", "decrease"):
         for rel, name in ((True, "Rel."), (False, "Irrel.")):
@@ -144,13 +138,13 @@ def table8(default: list[dict], samples: int, seed: int) -> str:
             paper = PAPER["Table 8"][(direction, rel)]
             rows.append([direction.capitalize(), name, f"{before:.2f}", f"{delta:+.2f}", len(chosen),
                          f"{paper[0]:.2f}", f"{paper[1]:+.2f}"])
-    return ("Table 8. Rank_set of the true next item within its relevance subset (lower is better; the "
-            "paper's subsets have 50 items, ours pool_size/2)\n\n"
-            + tabulate(rows, headers=["Task", "Type", "Original Rank_set", "ΔRank_set", "n", "paper orig.",
-                                      "paper Δ"], tablefmt="github", disable_numparse=True) + "\n")
+    title = ("Table 8. Rank_set of the true next item within its relevance subset (lower is better; the "
+             "paper's subsets have 50 items, ours pool_size/2)")
+    header = ["Task", "Type", "Original Rank_set", "ΔRank_set", "n", "paper orig.", "paper Δ"]
+    return Table.of(title, rows, header, level=0)
 
 
-def format_tables(result: dict, config: SteerEvalConfig) -> str:
+def format_tables(result: dict, config: SteerEvalConfig) -> list[Block]:
     recs = result["records"]
     default = _by(recs, condition="default")
     rating = "digit probabilities" if config.rating == "digits" else "generate-and-parse"
@@ -162,7 +156,7 @@ def format_tables(result: dict, config: SteerEvalConfig) -> str:
             f"tags: {len({r['tag'] for r in recs})}; records: {len(recs)}\n\n"
             "ΔAUC_t cells: mean over scenarios, (*) one-tailed paired t-test significant at 0.05, "
             "'undefined' when every difference is identical; 'paper' = the published value.\n")
-    parts = [head,
+    parts: list[Block] = [Text(head),
              _table(f"Table 1. Ranking method (paragraph profile, template append; LLM rating: {rating})",
                     [("LLM scoring", default), ("Embedding", _by(recs, condition="embedding"))], "Table 1"),
              _table("Table 2. Profile generation (LLM scoring, template append)",
@@ -186,8 +180,9 @@ def format_tables(result: dict, config: SteerEvalConfig) -> str:
             rows5.append((f"{kind.capitalize()} ({len({r['tag'] for r in of_kind})})", of_kind))
     table5 = _table("Table 5. Tag source", rows5, "Table 5")
     if filtered is not None:
-        table5 += f"\nTrigger filter dropped: {', '.join(sorted(filtered[1])) or 'none'}\n"
-    parts += [table5, table6(default)]
+        table5 = dataclasses.replace(
+            table5, after=f"Trigger filter dropped: {', '.join(sorted(filtered[1])) or 'none'}")
+    parts += [table5, *table6(default)]
     rows7 = []
     for kind in kinds:
         rows7 += [(f"{kind.capitalize()}-Oracle", _by(recs, condition="oracle", tag_kind=kind)),
@@ -200,10 +195,10 @@ def format_tables(result: dict, config: SteerEvalConfig) -> str:
                              ("Tags visible", _by(recs, condition="tags-visible"))]))
     parts.append(table8(default, config.table8_samples, config.seed))
     problems = sum(1 for r in recs if r.get("edit_problems"))
-    parts.append(f"Scenarios with edit problems (refusal/misreading flags): {problems} of {len(recs)}; "
-                 f"tags short of users: {result['short_tags'] or 'none'}; "
-                 f"tokens: {tokens_text(result['tokens'])}\n")
-    return "\n".join(parts)
+    parts.append(Text(f"Scenarios with edit problems (refusal/misreading flags): {problems} of {len(recs)}; "
+                      f"tags short of users: {result['short_tags'] or 'none'}; "
+                      f"tokens: {tokens_text(result['tokens'])}"))
+    return parts
 
 
 # ----------------------------------------------------------------------------- figures
@@ -247,16 +242,20 @@ def run_result(ctx: RunContext, records) -> dict[str, Any]:
             "records": rows, "tokens": token_totals(rows)}
 
 
-def report(ctx: RunContext, records) -> str:
+def report(ctx: RunContext, records) -> list[Block]:
     """The tables. Those of a finished run are made once per (result, config, code) and read back by
-    a rerun with the same records; the partial tables written while units run are not kept."""
+    a rerun with the same records (as tables.json's data); the partial tables written while units
+    run are not kept."""
+    import json
+
     from ctrlsim.experiments.output_cache import cached_text
 
     result = run_result(ctx, records)
     if not set(plan(ctx, records)) <= set(records):
         return format_tables(result, ctx.config)
-    return cached_text("steereval-tables", {"result": result, "config": config_to_dict(ctx.config)},
-                       lambda: format_tables(result, ctx.config))
+    text = cached_text("steereval-report", {"result": result, "config": config_to_dict(ctx.config)},
+                       lambda: json.dumps(tables_json(format_tables(result, ctx.config))))
+    return blocks_from_json(json.loads(text))
 
 
 def figures(ctx: RunContext, records) -> None:
@@ -277,4 +276,4 @@ def tables_from_folder(out: str | Path) -> str:
     rows = list(records.values())
     result = {"records": rows, "llm": rows[0]["llm"] if rows else config.llm, "short_tags": {},
               "tokens": token_totals(rows)}
-    return format_tables(result, config)
+    return render_markdown(format_tables(result, config))

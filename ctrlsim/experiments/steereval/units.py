@@ -1,7 +1,7 @@
 """SteerEval's units of work: the dataset preparation, the scenario plan and the unit function.
 
 The protocol itself is `ctrlsim.recommenders.steereval` (scenarios, conditions, the engine); the
-runner plans units from these, and every executor runs `run_steereval_unit`.
+runner plans units from these (`SteerEvalEpisode` specs), and every executor runs `run_steereval_unit`.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.context import UnitContext
 from ctrlsim.experiments.runner import RunContext
 from ctrlsim.experiments.steereval.config import SteerEvalConfig, open_choices
 from ctrlsim.recommenders.steereval import (  # noqa: F401 - the conditions are the runner's too
@@ -22,14 +23,13 @@ from ctrlsim.recommenders.steereval import (  # noqa: F401 - the conditions are 
 
 # ----------------------------------------------------------------------------- preparation
 
-def prepare_dataset(config: SteerEvalConfig):
+def prepare_dataset(config: SteerEvalConfig, unit: UnitContext | None = None):
     """The dataset with the config's side tables, the tags to steer, their template phrases and the
     items scenarios may use. Cheap (no model): every value is checked before any model loads."""
     from ctrlsim.agents.steering import trigger_phrase
     from ctrlsim.data import attach_descriptions, attach_tag_votes
-    from ctrlsim.experiments.units import run_dataset
 
-    ds = run_dataset(config.dataset)
+    ds = (unit or UnitContext()).dataset(config.dataset)  # the side tables below make copies
     if config.descriptions:
         ds = attach_descriptions(ds, config.descriptions, links=config.links)
     if config.trigger_votes:
@@ -111,54 +111,55 @@ def measure_unit(env, policy, model, cond_name: str, sc, owners: dict[tuple, str
 
 
 @dataclass(frozen=True)
-class SteerEvalUnit:
-    """What a ray worker needs besides the unit key: the run's config and the run folder's LLM cache."""
+class SteerEvalEpisode:
+    """One unit of a SteerEval run: one condition on one scenario. Stored under `key`
+    (condition/user/tag/direction); the spec travels with the key to the unit."""
 
-    config: SteerEvalConfig
-    llm_cache: str
+    condition: str
+    scenario: Any  # ctrlsim.recommenders.steereval.Scenario
+
+    @property
+    def key(self) -> str:
+        return record_key(self.condition, self.scenario)
 
 
-def planned_scenarios(config: SteerEvalConfig) -> tuple[tuple, list, dict]:
+def planned_scenarios(config: SteerEvalConfig, unit: UnitContext) -> tuple[tuple, list, dict]:
     """(data, scenarios, tags short of users) for the config, built once per process: the driver's
     up-front check and the units of a local run share one dataset and one scenario draw (both are
     pure functions of the config), so a run parses its dataset once, not once per use."""
-    from ctrlsim.experiments.units import worker_cache
-
     def build() -> tuple[tuple, list, dict]:
-        data = prepare_dataset(config)
+        data = prepare_dataset(config, unit)
         scenarios, short = scenarios_for(config, data)
         return data, scenarios, short
 
-    return worker_cache(f"steereval-scenarios:{config!r}", build)
+    return unit.once(f"steereval-scenarios:{config!r}", build)
 
 
-def _unit_plan(config: SteerEvalConfig) -> tuple[tuple, dict[str, tuple[str, Any]], dict[tuple, str]]:
-    """(data, units by record key, shared-work owners), rebuilt on a worker exactly as the driver does."""
-    data, scenarios, _ = planned_scenarios(config)
-    units = [(cond, sc) for sc in scenarios for cond in config.conditions]
-    return data, {record_key(cond, sc): (cond, sc) for cond, sc in units}, shared_work_owners(units)
+def episodes(config: SteerEvalConfig, scenarios) -> list[SteerEvalEpisode]:
+    """Every unit of the run, in the order of the plan (scenario by scenario, each condition)."""
+    return [SteerEvalEpisode(cond, sc) for sc in scenarios for cond in config.conditions]
 
 
-def run_steereval_unit(unit: SteerEvalUnit, key: str) -> dict:
-    """One SteerEval unit (a record key) -> its record, on any worker (the ray executor's unit).
+def _unit_plan(config: SteerEvalConfig, unit: UnitContext) -> tuple[tuple, dict[tuple, str]]:
+    """(data, shared-work owners), rebuilt on a worker exactly as the driver plans them."""
+    data, scenarios, _ = planned_scenarios(config, unit)
+    return data, shared_work_owners([(e.condition, e.scenario) for e in episodes(config, scenarios)])
+
+
+def run_steereval_unit(config: SteerEvalConfig, unit: UnitContext) -> dict:
+    """One `SteerEvalEpisode` -> its record, on any worker.
 
     A fresh env and policy per unit: shared work memoised by an earlier unit on this worker would
     otherwise cost this unit 0 tokens. Each unit measures all of its shared work (from the response
     cache when another unit already paid for it) and keeps the parts it owns, as the local loop does.
     """
-    from ctrlsim.experiments.executor import worker_cache
-    from ctrlsim.experiments.units import cached_llm
-
-    config = unit.config
-    data, units, owners = worker_cache(f"steereval-plan:{config!r}", lambda: _unit_plan(config))
-    if key not in units:
-        raise ConfigError(f"unknown steereval unit {key!r} for this config")
-    cond_name, sc = units[key]
-    cond = CONDITIONS[cond_name]
-    model = cached_llm(config.llm, unit.llm_cache)
+    episode: SteerEvalEpisode = unit.spec
+    data, owners = unit.once(f"steereval-plan:{config!r}", lambda: _unit_plan(config, unit))
+    cond = CONDITIONS[episode.condition]
+    model = unit.llm(config.llm)
     policy = intervention_policy(cond, model)
     env = make_env(config, data, cond, model)
-    return measure_unit(env, policy, model, cond_name, sc, owners, model.identity)
+    return measure_unit(env, policy, model, episode.condition, episode.scenario, owners, model.identity)
 
 
 
@@ -196,7 +197,7 @@ def check(ctx: RunContext) -> None:
     if ctx.given_llm(config.llm) is not None and ctx.options.executor != "local":
         raise ConfigError(f"a loaded llm can only be used with --executor local, got "
                           f"{ctx.options.executor!r}: ray workers load config.llm themselves")
-    data, scenarios, short = planned_scenarios(config)
+    data, scenarios, short = planned_scenarios(config, ctx.unit)
     if not scenarios:
         raise ConfigError(f"no feasible scenario: no user meets the pool quotas at "
                           f"pool_size={config.pool_size} for tags {data[1]}")
@@ -216,21 +217,7 @@ def prepare(ctx: RunContext) -> None:
         print("SteerEval choices the paper leaves open:")
         for key, value in choices.items():
             print(f"  {key}: {value}")
-    llm = ctx.given_llm(ctx.config.llm)
-    if llm is not None:  # a loaded LLM (benchmarks, tests) serves the units of this process
-        from ctrlsim.experiments.units import provide_llm
-
-        provide_llm(ctx.config.llm, cache_path(ctx), llm)
 
 
-def cache_path(ctx: RunContext) -> str:
-    assert ctx.folder is not None
-    return str(ctx.folder.file("llm-cache.sqlite").resolve())
-
-
-def plan(ctx: RunContext, finished) -> list[str]:
-    return [record_key(cond, sc) for sc in ctx.state["scenarios"] for cond in ctx.config.conditions]
-
-
-def payload(ctx: RunContext) -> SteerEvalUnit:
-    return SteerEvalUnit(ctx.config, cache_path(ctx))
+def plan(ctx: RunContext, finished) -> list[SteerEvalEpisode]:
+    return episodes(ctx.config, ctx.state["scenarios"])

@@ -5,6 +5,7 @@ from typing import Mapping
 
 from ctrlsim.agents.rl import CURVE_FILE
 from ctrlsim.experiments.runner import RunContext
+from ctrlsim.experiments.tables import Block, Table, Text
 from ctrlsim.experiments.train_probe.config import POLICY_KEY, ROLLING
 
 
@@ -16,14 +17,12 @@ def learning_curve(ctx: RunContext) -> list[dict[str, float]]:
     return read_curve(path) if path.exists() else []
 
 
-def report(ctx: RunContext, records: Mapping[str, dict]) -> str:
+def report(ctx: RunContext, records: Mapping[str, dict]) -> list[Block]:
     import numpy as np
-
-    from ctrlsim.experiments.tables import github_table
 
     meta = records.get(POLICY_KEY)
     if meta is None:
-        return "# Learned probe\n\n(not trained yet)\n"
+        return [Text("# Learned probe\n\n(not trained yet)")]
     config = meta["config"]
     rows = learning_curve(ctx)
     first, last = rows[:ROLLING], rows[-ROLLING:]
@@ -53,14 +52,12 @@ def report(ctx: RunContext, records: Mapping[str, dict]) -> str:
         [f"return, first / last {ROLLING} episodes", f"{mean(first, 'return')} / {mean(last, 'return')}"],
     ]
     where = ctx.folder.path if ctx.folder else "<out>"
-    return (
-        "# Learned probe\n\n" + github_table(summary, ["", ""]) + "\n\n"
+    return [Table.of("Learned probe", summary, ["", ""], level=1, after=(
         "Training-episode Coverage is measured on the training episodes themselves (users drawn by "
         "the training seed). It shows that the policy learned, not how well it controls the box: "
         f"evaluate it with `ctrlsim ctrlbench --methods random,oracle,rl:{where}"
         f" --recommenders {config['recommender']} --targets {'+'.join(config['target'])}"
-        f" --slate-size {config['slate_size']}`.\n"
-    )
+        f" --slate-size {config['slate_size']}`."))]
 
 
 def figures(ctx: RunContext, records: Mapping[str, dict]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ctrlsim.agents.rl import CURVE_FILE, META_FILE, POLICY_FILE, TrainProbeConfig
+from ctrlsim.experiments.context import UnitContext
 from ctrlsim.experiments.runner import RunContext
 from ctrlsim.experiments.train_probe.config import POLICY_KEY
 
@@ -11,12 +12,11 @@ from ctrlsim.experiments.train_probe.config import POLICY_KEY
 def check(ctx: RunContext) -> None:
     from ctrlsim.agents.rl import import_sb3
     from ctrlsim.errors import ConfigError
-    from ctrlsim.experiments.units import cached_dataset
     from ctrlsim.recommenders.registry import check_recommender_name
 
     config = ctx.config
     check_recommender_name(config.recommender)
-    dataset = cached_dataset(config.dataset)
+    dataset = ctx.unit.dataset(config.dataset)
     unknown = [t for t in config.target if t not in dataset.tags]
     if unknown:
         raise ConfigError(
@@ -48,6 +48,6 @@ def plan(ctx: RunContext, finished: Mapping[str, dict]) -> list[str]:
     return [POLICY_KEY]  # `prepare` trains it in the driver, before the first wave
 
 
-def unit(config: TrainProbeConfig, key: str) -> dict:
+def unit(config: TrainProbeConfig, unit: UnitContext) -> dict:
     # Reached only if `prepare` stored no record: a failure of the unit, never a result.
     raise RuntimeError("the policy was not trained in the driver (train-probe trains in `prepare`)")
