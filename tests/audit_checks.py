@@ -45,6 +45,31 @@ def assert_estimate(estimate: dict, values, scale: float = 1.0) -> None:
     assert estimate["high"] == pytest.approx(high, abs=1e-9)
 
 
+def share_interval(values) -> tuple[float, float, float]:
+    """A share's mean and 95% interval as scipy's bootstrap gives it (BCa, 9,999 resamples seeded 0;
+    percentile where BCa is undefined; the value itself where every value is equal)."""
+    from scipy.stats import bootstrap
+
+    x = np.asarray(values, dtype=float)
+    if np.all(x == x[0]):
+        return float(x[0]), float(x[0]), float(x[0])
+    for method in ("BCa", "percentile"):
+        ci = bootstrap((x,), np.mean, n_resamples=9999, method=method,
+                       random_state=np.random.default_rng(0)).confidence_interval
+        if np.isfinite(ci.low) and np.isfinite(ci.high):
+            break
+    return float(x.mean()), float(ci.low), float(ci.high)
+
+
+def assert_share_estimate(estimate: dict, values, scale: float = 1.0) -> None:
+    mean, low, high = share_interval(values)
+    assert estimate["n"] == len(values)
+    assert estimate["value"] == pytest.approx(mean * scale, abs=1e-9)
+    assert estimate["low"] == pytest.approx(low * scale, abs=1e-9)
+    assert estimate["high"] == pytest.approx(high * scale, abs=1e-9)
+    assert 0.0 <= estimate["low"] <= estimate["high"] <= 100.0  # a share never leaves its range
+
+
 def chromium_or_skip() -> str:
     try:
         import playwright.sync_api  # noqa: F401

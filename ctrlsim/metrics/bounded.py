@@ -20,6 +20,12 @@ from ctrlsim.metrics.stats import Estimate
 N_RESAMPLES = 9999
 
 
+def share_ci(values: Sequence[float | None] | np.ndarray, confidence: float = 0.95) -> Estimate:
+    """The interval of a share, rate or proportion (Coverage, Exposure, like rates): the bounded-mean
+    bootstrap below, so it never leaves [0, 1]."""
+    return bootstrap_mean_ci(values, confidence=confidence)
+
+
 def bootstrap_mean_ci(values: Sequence[float | None] | np.ndarray, *, confidence: float = 0.95,
                       n_resamples: int = N_RESAMPLES, seed: int = 0) -> Estimate:
     """The mean of the defined values with its bootstrap interval (BCa, else percentile)."""
@@ -31,13 +37,14 @@ def bootstrap_mean_ci(values: Sequence[float | None] | np.ndarray, *, confidence
     x = x[~np.isnan(x)]
     nan = float("nan")
     if x.size == 0:
-        return Estimate(nan, nan, nan, 0, confidence)
+        return Estimate(nan, nan, nan, 0, confidence, "bootstrap-bca")
     mean = float(x.mean())
     if x.size < 2:
-        return Estimate(mean, nan, nan, 1, confidence)
+        return Estimate(mean, nan, nan, 1, confidence, "bootstrap-bca")
     if np.all(x == x[0]):
-        return Estimate(mean, mean, mean, int(x.size), confidence)
+        return Estimate(mean, mean, mean, int(x.size), confidence, "none")
     low = high = nan
+    method = "BCa"
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a degenerate BCa is detected by its NaN bounds below
@@ -48,7 +55,8 @@ def bootstrap_mean_ci(values: Sequence[float | None] | np.ndarray, *, confidence
             break
     # BCa's bounds are quantiles of bootstrap means, so inside [min, max]; clipping only guards
     # against rounding.
-    return Estimate(mean, max(low, float(x.min())), min(high, float(x.max())), int(x.size), confidence)
+    return Estimate(mean, max(low, float(x.min())), min(high, float(x.max())), int(x.size), confidence,
+                    f"bootstrap-{method.lower()}")
 
 
-__all__ = ["N_RESAMPLES", "bootstrap_mean_ci"]
+__all__ = ["N_RESAMPLES", "bootstrap_mean_ci", "share_ci"]

@@ -83,13 +83,16 @@ def format_test(test: TTest, alpha: float = 0.05) -> str:
 @dataclass(frozen=True)
 class Estimate:
     """A mean (or ratio) with its two-sided confidence interval; `low`/`high` are NaN when n < 2
-    or the interval is undefined (no variance to estimate from)."""
+    or the interval is undefined (no variance to estimate from). `method` names how the interval
+    was made (docs/statistics.md): "t", "delta" (a ratio), "bootstrap-bca", "bootstrap-percentile",
+    "cluster-bootstrap", or "none" (every value equal: no spread observed)."""
 
     value: float
     low: float
     high: float
     n: int
     confidence: float = 0.95
+    method: str = "t"
 
     @property
     def half_width(self) -> float:
@@ -146,14 +149,14 @@ def ratio_ci(numerators: Sequence[float], denominators: Sequence[float],
         raise ValueError(f"ratio_ci needs as many numerators as denominators, got {y.size} and {x.size}")
     n = int(x.size)
     if n == 0 or x.sum() == 0:
-        return Estimate(float("nan"), float("nan"), float("nan"), n, confidence)
+        return Estimate(float("nan"), float("nan"), float("nan"), n, confidence, "delta")
     ratio = float(y.sum() / x.sum())
     if n < 2:
-        return Estimate(ratio, float("nan"), float("nan"), n, confidence)
+        return Estimate(ratio, float("nan"), float("nan"), n, confidence, "delta")
     d = y - ratio * x
     se = float(np.sqrt(d.var(ddof=1) / (n * x.mean() ** 2)))
     half = _t_quantile(n - 1, confidence) * se
-    return Estimate(ratio, ratio - half, ratio + half, n, confidence)
+    return Estimate(ratio, ratio - half, ratio + half, n, confidence, "delta")
 
 
 @dataclass(frozen=True)

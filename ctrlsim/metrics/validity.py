@@ -24,6 +24,8 @@ from ctrlsim.metrics.stats import Estimate
 
 BOOTSTRAP_RESAMPLES = 2000
 
+CLUSTER = "cluster-bootstrap"  # the interval method of every estimate here
+
 
 def like_rate(liked: Sequence[bool]) -> float:
     x = np.asarray(liked, dtype=float)
@@ -68,7 +70,7 @@ def cluster_bootstrap(
     value = statistic(rows) if len(labels) else float("nan")
     groups = [np.flatnonzero(np.asarray(labels, dtype=object) == c) for c in dict.fromkeys(labels)]
     if np.isnan(value) or len(groups) < 2:
-        return Estimate(float(value), float("nan"), float("nan"), len(groups), confidence)
+        return Estimate(float(value), float("nan"), float("nan"), len(groups), confidence, CLUSTER)
     rng = np.random.default_rng(seed)
     draws = np.array(
         [
@@ -78,10 +80,10 @@ def cluster_bootstrap(
     )
     draws = draws[~np.isnan(draws)]
     if draws.size == 0:
-        return Estimate(float(value), float("nan"), float("nan"), len(groups), confidence)
+        return Estimate(float(value), float("nan"), float("nan"), len(groups), confidence, CLUSTER)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
-    return Estimate(float(value), float(low), float(high), len(groups), confidence)
+    return Estimate(float(value), float(low), float(high), len(groups), confidence, CLUSTER)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from audit_checks import assert_estimate, check_in_browser, pixel_variance, read_records, t_interval
+from audit_checks import (
+    assert_estimate,
+    assert_share_estimate,
+    check_in_browser,
+    pixel_variance,
+    read_records,
+    t_interval,
+)
 
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.audit.config import (
@@ -82,11 +89,11 @@ def test_summary_coverage_matches_the_records(audited):
         for method in ("oracle", "random"):
             mine = sorted((r for r in records if r["recommender"] == box and r["method"] == method),
                           key=lambda r: r["seed"])
-            assert_estimate(numbers["coverage"][box][method],
-                            [r["curves"]["coverage"][-1] for r in mine], 100)
+            assert_share_estimate(numbers["coverage"][box][method],
+                                  [r["curves"]["coverage"][-1] for r in mine], 100)
             for t in range(3):
-                assert_estimate(numbers["coverage_by_round"][box][method][t],
-                                [r["curves"]["coverage"][t] for r in mine], 100)
+                assert_share_estimate(numbers["coverage_by_round"][box][method][t],
+                                      [r["curves"]["coverage"][t] for r in mine], 100)
             # pooled efficiency: total target likes over total distinct targets found
             likes = sum(r["efficiency_counts"]["target_likes"][-1] for r in mine)
             found = sum(r["efficiency_counts"]["found"][-1] for r in mine)

@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from audit_checks import assert_estimate, check_in_browser, pixel_variance, read_records
+from audit_checks import (
+    assert_estimate,
+    assert_share_estimate,
+    check_in_browser,
+    pixel_variance,
+    read_records,
+)
 
 from ctrlsim.experiments.audit.config import REPORT, SUMMARY
 from ctrlsim.experiments.audit.runner import audit_main
@@ -50,8 +56,8 @@ def test_llm_probes_cost_and_scores_match_the_records(probes, tmp_path):
     assert cost["tokens"] == sum(r["setup_tokens"] + sum(p["tokens"] for p in r["probes"]) for r in llm) > 0
     assert cost["decisions"] == sum(r["decisions"] for r in llm)
     assert cost["parse_failures"] == sum(r["parse_failures"] for r in llm)
-    assert_estimate(cb["numbers"]["coverage"]["popularity"]["base-small"],
-                    [r["curves"]["coverage"][-1] for r in llm], 100)
+    assert_share_estimate(cb["numbers"]["coverage"]["popularity"]["base-small"],
+                          [r["curves"]["coverage"][-1] for r in llm], 100)
     assert summary["cost"]["tokens"]["ctrlbench"] == cost["tokens"]
     assert any(LLM in c for c in summary["caveats"])  # the small model is named among the caveats
     seen = check_in_browser(probes / REPORT, tmp_path / "shot.png")
@@ -71,8 +77,8 @@ def test_llm_audit_runs_every_protocol_that_applies(audited):
     cost = cb["numbers"]["cost"]["embedding"]["base-small"]
     assert cost["tokens"] == sum(r["setup_tokens"] + sum(p["tokens"] for p in r["probes"]) for r in llm) > 0
     assert cost["decisions"] == sum(r["decisions"] for r in llm)
-    assert_estimate(cb["numbers"]["coverage"]["embedding"]["base-small"],
-                    [r["curves"]["coverage"][-1] for r in llm], 100)
+    assert_share_estimate(cb["numbers"]["coverage"]["embedding"]["base-small"],
+                          [r["curves"]["coverage"][-1] for r in llm], 100)
     assert_estimate(cb["numbers"]["profile_accuracy"]["embedding"]["base-small"]["t"],
                     [r["profile_curves"]["accuracy"][-1] for r in llm])
 

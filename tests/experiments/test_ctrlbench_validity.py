@@ -88,12 +88,16 @@ def test_table7_is_per_box_with_pooled_efficiency():
     config = _config()
     table = T.table7(config, _records())
     narm = _row(table, "narm", "Base-Small")
-    # Coverage over narm's three episodes only (the popularity box's 90% never mixes in).
-    cov = mean_ci([0.1, 0.0, 0.2])
-    assert narm[4] == f"{100 * cov.value:.2f} ± {100 * cov.half_width:.2f}"
+    # Coverage over narm's three episodes only (the popularity box's 90% never mixes in), a share
+    # with scipy's bootstrap interval, which stays in [0, 100]% where a t interval would not.
+    from audit_checks import share_interval
+
+    mean, low, high = share_interval([0.1, 0.0, 0.2])
+    assert narm[4] == f"{100 * mean:.2f} [{100 * low:.2f}, {100 * high:.2f}]"
+    assert mean_ci([0.1, 0.0, 0.2]).low < 0 <= low
     assert narm[5].startswith(f"{10 / 5:.2f} ±")  # (4 + 0 + 6) / (2 + 0 + 3)
     assert narm[6] == "2/3"                        # one episode found nothing, and still counts
-    assert _row(table, "popularity", "Mine")[4] == "90.00 ± 0.00"
+    assert _row(table, "popularity", "Mine")[4] == "90.00 [90.00, 90.00]"  # no spread seen
 
 
 def _config():

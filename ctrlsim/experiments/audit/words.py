@@ -143,7 +143,10 @@ def headline(summary: Mapping[str, Any]) -> list[dict]:
                         "text": f"{row['box']} minus {row['reference']}, "
                                 f"{LABELS.get(row['method'], row['method'])}: "
                                 f"Coverage {_ci(row['difference'], 2, ' points')}, Wilcoxon p = "
-                                f"{'n/a' if p is None else f'{p:.3g}'} over {row['n']} paired episodes"})
+                                f"{'n/a' if p is None else f'{p:.3g}'} over {row['n']} paired episodes"
+                                + ("" if row.get("mde") is None else
+                                   f" (a difference under {row['mde']:.2f} points could go unseen at this "
+                                   "size)")})
     return out
 
 

@@ -78,6 +78,12 @@ PRESETS = {"paper": PAPER_PRESET, "smoke": SMOKE_PRESET}
 
 
 
+# An episode succeeds when it found at least 5% of its target's items by the last round: a bar the
+# oracle probe clears on a box that follows its likes at the default sizes (4 rounds of 3 items,
+# War+Film-Noir), and the random probe rarely does (docs/statistics.md, "pass^k").
+DEFAULT_SUCCESS = 0.05
+
+
 @dataclass(frozen=True)
 class CtrlBenchConfig:
     """One CtrlBench-Rec comparison (what identifies its results)."""
@@ -106,6 +112,9 @@ class CtrlBenchConfig:
                                 "never count; paper's evaluation: off)")
     reference: str | None = option(None, "the method every other is compared with in the paired table "
                                    "(default: base-small when it runs, else the first method)")
+    success_threshold: float = option(DEFAULT_SUCCESS, "Coverage share at the last round at or above which "
+                                      "an episode succeeds, for pass^k (a share in [0, 1]; changes tables, "
+                                      "not records)", low=0.0, high=1.0, omit_default=True)
     small_users: str = option("own", "K_small methods' users: their own random sample, or nested = the first "
                               "K_small of Base-Large's (then Base-Large >= Base-Small by construction)",
                               choices=SMALL_USERS)

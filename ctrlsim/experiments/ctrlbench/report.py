@@ -11,7 +11,9 @@ import numpy as np
 
 from ctrlsim.agents.episode import CURVES, round_curves  # noqa: F401 - re-exported for callers
 from ctrlsim.experiments.ctrlbench import tables as T
+from ctrlsim.experiments.ctrlbench.reliability import pass_k_table
 from ctrlsim.experiments.tables import Block, Text
+from ctrlsim.metrics.bounded import share_ci
 from ctrlsim.metrics.stats import mean_ci
 
 TASK_TITLES = {"target-discovery": "Task 1 (target content discovery)",
@@ -32,8 +34,10 @@ def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int])
         f"{config.agents[1]}; t = {config.rounds}; seeds {', '.join(map(str, config.seeds))}; "
         f"target visible to probes: {config.target_visible}; search {search}; "
         f"Base-Small users: {config.small_users}.",
-        "Only likes on recommender slates count. Each cell: mean ± half-width of its 95% confidence "
-        "interval over the cell's episodes (targets x seeds; '± n/a' with one episode). Eff. = total "
+        "Only likes on recommender slates count. Each cell: the mean over the cell's episodes (targets x "
+        "seeds) with its 95% confidence interval: Coverage, a share, as [low, high] bounds of a bootstrap "
+        "interval that stays in [0, 100]%; other cells as mean ± half-width ('n/a' with one episode); "
+        "docs/statistics.md says which interval each figure uses. Eff. = total "
         "target likes / total distinct targets found over the episodes (lower is better); 'found' = "
         "episodes that found any target.",
     ])
@@ -43,22 +47,26 @@ def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int])
     elif config.task == "popularity":
         blocks.append(T.popularity_table(config, records))
     return blocks + [T.table1(config, records), T.table7(config, records), T.paired_table(config, records),
-                     T.target_table(config, records, sizes), T.substitution_table(config, records)]
+                     pass_k_table(config, records), T.target_table(config, records, sizes),
+                     T.substitution_table(config, records)]
 
 
 # ----------------------------------------------------------------------------- figures
 
-def band(values_per_episode: list[list], scale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, low, high) per round over episodes; the band collapses to the mean where n < 2."""
+def band(values_per_episode: list[list], scale: float = 1.0, *,
+         share: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, low, high) per round over episodes; the band collapses to the mean where n < 2. A
+    `share` (Coverage) gets the bootstrap interval that stays in [0, 1], as its table cells do."""
     width = max((len(v) for v in values_per_episode), default=0)
-    out = [mean_ci([v[t] if t < len(v) else None for v in values_per_episode]) for t in range(width)]
+    estimate = share_ci if share else mean_ci
+    out = [estimate([v[t] if t < len(v) else None for v in values_per_episode]) for t in range(width)]
     mean = np.array([e.value for e in out]) * scale
     low = np.array([e.low if e.n > 1 else e.value for e in out]) * scale
     high = np.array([e.high if e.n > 1 else e.value for e in out]) * scale
     return mean, low, high
 
 
-def _panels(config, records, series, ylabel: str, title: str, scale: float = 1.0):
+def _panels(config, records, series, ylabel: str, title: str, scale: float = 1.0, share: bool = False):
     """One panel per black box, one line with its 95% band per method; series(record) -> per-round list."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -72,7 +80,7 @@ def _panels(config, records, series, ylabel: str, title: str, scale: float = 1.0
         for b, _, label, recs in T._cells(config, records):
             if b != box:
                 continue
-            mean, low, high = band([series(r) for r in recs], scale)
+            mean, low, high = band([series(r) for r in recs], scale, share=share)
             x = np.arange(1, len(mean) + 1)
             (line,) = ax.plot(x, mean, marker="o", markersize=3, label=label)
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
@@ -91,7 +99,7 @@ def _panels(config, records, series, ylabel: str, title: str, scale: float = 1.0
 def coverage_figure(config, records: Mapping[str, dict]):
     """Coverage (%) vs round, one panel per black box (Figures 10, 11)."""
     return _panels(config, records, lambda r: r["curves"]["coverage"], "coverage (%)", "Coverage by round",
-                   scale=100)
+                   scale=100, share=True)
 
 
 def target_figure(config, records: Mapping[str, dict], sizes: Mapping[str, int]):
@@ -110,10 +118,11 @@ def target_figure(config, records: Mapping[str, dict], sizes: Mapping[str, int])
     for n, method in enumerate(methods):
         means, errs = [], []
         for target, tag in bars:
-            est = mean_ci(T.coverage_values(groups.get((target, method), []), config.rounds, tag))
-            means.append(100 * (est.value if est.n else 0.0))
-            errs.append(100 * est.half_width if est.n > 1 else 0.0)
-        ax.bar(x + (n - (len(methods) - 1) / 2) * width, means, width, yerr=errs, capsize=2,
+            est = share_ci(T.coverage_values(groups.get((target, method), []), config.rounds, tag))
+            mean = est.value if est.n else 0.0
+            means.append(100 * mean)
+            errs.append((100 * (mean - est.low), 100 * (est.high - mean)) if est.n > 1 else (0.0, 0.0))
+        ax.bar(x + (n - (len(methods) - 1) / 2) * width, means, width, yerr=np.array(errs).T, capsize=2,
                label=labels.get(method, method))
     ax.set_xticks(x)
     ax.set_xticklabels([f"{tag or target}\n({sizes.get(tag or target, '?')} items)" for target, tag in bars],

@@ -9,8 +9,11 @@ counting only likes on recommender slates:
                         a cell with calls whose server sent no token counts says "unknown (...)"
 
 How a cell aggregates its episodes (one episode = one (method, box, target, seed)):
-- Coverage, Len, Tokens and the Task 2 / Task 3 figures: the mean over the cell's episodes with a
-  95% Student t interval over them ("12.5 ± 3.1" = mean ± half-width; "± n/a" with one episode).
+- Coverage, a share: the mean over the cell's episodes with its 95% bootstrap interval (BCa,
+  `ctrlsim.metrics.bounded.share_ci`), which stays inside [0, 100]% ("1.40 [0.00, 2.80]"; "[n/a]"
+  with one episode; "[x, x]" where every episode had the same value: no spread was seen).
+- Len, Tokens and the Task 2 / Task 3 figures: the mean over the cell's episodes with a 95% Student
+  t interval over them ("12.5 ± 3.1" = mean ± half-width; "± n/a" with one episode).
 - Efficiency is pooled: total target likes / total distinct targets found over the cell's episodes
   (a ratio of totals, so an episode that found nothing counts instead of silently dropping out),
   with the ratio estimator's interval (`ctrlsim.metrics.stats.ratio_ci`); "found k/n" says how many
@@ -18,8 +21,10 @@ How a cell aggregates its episodes (one episode = one (method, box, target, seed
 - Tables are per black box: slates of 20 (NARM) and of 3 items are never pooled.
 - The paired table compares each method with the reference method (default Base-Small) on the same
   (box, target, seed): the mean Coverage difference with its 95% t interval and the two-sided p of
-  a Wilcoxon signed-rank test (scipy). With few pairs the test cannot reach significance (with 2
-  pairs the smallest two-sided p is 0.5): the table says what the run can resolve, nothing more.
+  a Wilcoxon signed-rank test (scipy), and the minimum detectable effect: the difference a paired t
+  test on these pairs would find 80% of the time at p < 0.05, given their spread
+  (`ctrlsim.metrics.power`). With few pairs the test cannot reach significance (with 2 pairs the
+  smallest two-sided p is 0.5): the table says what the run can resolve, nothing more.
 """
 from __future__ import annotations
 
@@ -28,7 +33,11 @@ from typing import Mapping
 
 from ctrlsim.backends.meter import unknown_tokens
 from ctrlsim.experiments.tables import Table, Text
+from ctrlsim.metrics.bounded import share_ci
+from ctrlsim.metrics.power import minimum_detectable_effect
 from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, paired_comparison, ratio_ci
+
+SHARE_CURVES = ("coverage",)  # curves whose values are shares in [0, 1]: bootstrap intervals
 
 
 def grouped(records: Mapping[str, dict], *fields) -> dict[tuple, list[dict]]:
@@ -44,7 +53,13 @@ def at(curve: list, t: int):
 
 
 def curve_estimate(recs: list[dict], metric: str, t: int) -> Estimate:
-    return mean_ci([at(r["curves"][metric], t) for r in recs])
+    values = [at(r["curves"][metric], t) for r in recs]
+    return share_ci(values) if metric in SHARE_CURVES else mean_ci(values)
+
+
+def coverage_cell(estimate: Estimate) -> str:
+    """A Coverage share in %, with its (asymmetric) bootstrap bounds."""
+    return format_estimate(estimate, 100, bounds=True)
 
 
 def efficiency_estimate(recs: list[dict], t: int) -> Estimate:
@@ -85,7 +100,7 @@ def table1(config, records: Mapping[str, dict]) -> Table:
     cps = config.report_rounds()
     header = ["Black-Box", "Method", "n"] + [f"Cov% t={t}" for t in cps] + [f"Eff t={t}" for t in cps]
     rows = [[box, label, len(recs)]
-            + [format_estimate(curve_estimate(recs, "coverage", t), 100) for t in cps]
+            + [coverage_cell(curve_estimate(recs, "coverage", t)) for t in cps]
             + [format_estimate(efficiency_estimate(recs, t)) for t in cps]
             for box, _, label, recs in _cells(config, records)]
     return Table.of("Table 1: Coverage (%) and Exploration Efficiency by round", rows, header)
@@ -103,7 +118,7 @@ def table7(config, records: Mapping[str, dict]) -> Table:
         search = sum(r.get("search_likes", 0) for r in recs)
         rows.append([
             box, label, len(recs), round(sum(r["k"] for r in recs) / len(recs)),
-            format_estimate(curve_estimate(recs, "coverage", t), 100),
+            coverage_cell(curve_estimate(recs, "coverage", t)),
             format_estimate(efficiency_estimate(recs, t)), found_count(recs, t),
             format_estimate(curve_estimate(recs, "len", t)),
             tokens_cell(recs, t) if llm else "0 (no LLM)",
@@ -151,7 +166,7 @@ def paired_table(config, records: Mapping[str, dict]) -> Table:
     labels = method_labels(records)
     scopes = list(config.recommenders) + (["all boxes"] if len(config.recommenders) > 1 else [])
     header = ["Black-Box", "Method", f"vs {labels.get(reference, reference)}", "pairs",
-              "ΔCov. (pp) ± 95% CI", "wins/ties/losses", "Wilcoxon p (two-sided)"]
+              "ΔCov. (pp) ± 95% CI", "wins/ties/losses", "Wilcoxon p (two-sided)", "MDE (pp, 80% power)"]
     rows = []
     for scope in scopes:
         for method in config.all_methods:
@@ -165,8 +180,20 @@ def paired_table(config, records: Mapping[str, dict]) -> Table:
             p = "undefined (no non-zero difference)" if cmp.p_wilcoxon != cmp.p_wilcoxon \
                 else f"{cmp.p_wilcoxon:.3g}"
             rows.append([scope, labels.get(method, method), labels.get(reference, reference), cmp.n,
-                         format_estimate(cmp.difference, 100), f"{cmp.wins}/{ties}/{cmp.losses}", p])
+                         format_estimate(cmp.difference, 100), f"{cmp.wins}/{ties}/{cmp.losses}", p,
+                         mde_cell(mine, theirs)])
     return Table.of(f"Paired comparison with {reference} (Coverage at t = {t})", rows, header)
+
+
+def mde_cell(mine: list, theirs: list) -> str:
+    """The minimum detectable Coverage difference (pp) of a paired t test on these pairs."""
+    import numpy as np
+
+    diff = np.asarray(mine, dtype=float) - np.asarray(theirs, dtype=float)
+    diff = diff[~np.isnan(diff)]
+    if diff.size < 2:
+        return "n/a (one pair)"
+    return f"{100 * minimum_detectable_effect(float(diff.std(ddof=1)), int(diff.size)):.2f}"
 
 
 def substitution_table(config, records: Mapping[str, dict]) -> Table:
@@ -208,7 +235,7 @@ def target_table(config, records: Mapping[str, dict], sizes: Mapping[str, int]) 
         tags = target.split("+")
         for tag in [None] + (tags if len(tags) > 1 else []):
             rows.append([target if tag is None else f"  {tag}", sizes.get(tag or target, "-")]
-                        + [format_estimate(mean_ci(coverage_values(groups.get((target, m), []), t, tag)), 100)
+                        + [coverage_cell(share_ci(coverage_values(groups.get((target, m), []), t, tag)))
                            for m in config.all_methods])
     return Table.of(f"Coverage (%) per target at t = {t} (Figure 3)", rows, header)
 
