@@ -120,6 +120,9 @@ class Observation:
     metrics: tuple[str, ...]  # the first is the one a calibration's resolution and placement use
     default_methods: tuple[str, ...]
     dial_kind: str  # the spec prefix of the protocol's reference boxes of known controllability
+    # Metrics whose values are shares in [0, 1]: their intervals are bounded bootstraps
+    # (docs/statistics.md); the others get Student t intervals.
+    share_metrics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

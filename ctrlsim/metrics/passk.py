@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import comb
-from typing import Hashable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class PassK:
         return self.values[1] - self.values[self.trials]
 
 
-def pass_k_curve(outcomes: Mapping[Hashable, Sequence[bool]], *, confidence: float = 0.95,
+def pass_k_curve(outcomes: Mapping[Any, Sequence[bool]], *, confidence: float = 0.95,
                  n_resamples: int = 9999, seed: int = 0) -> PassK:
     """pass^k for every k up to the fewest tries of any task, from each task's success flags."""
     from ctrlsim.metrics.bounded import bootstrap_mean_ci

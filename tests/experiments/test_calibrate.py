@@ -256,3 +256,18 @@ def test_promptshift_runs_its_tables_on_the_dial_generator_without_a_model(tmp_p
     # an LLM field that takes no dial spec refuses one before anything loads
     refused = ["ctrlbench", "--llm", "dial:0.5", "--methods", "base-small", "--out", str(tmp_path / "c")]
     assert main(refused) == 2
+
+
+def test_share_metrics_get_bounded_intervals_and_the_others_t_intervals():
+    """Coverage and Exposure are shares: their per-lambda intervals stay in [0, 1] (a bootstrap),
+    where the t interval over the same three observations would go below 0; SteerEval's signed
+    Delta-AUC keeps its t interval."""
+    from ctrlsim.experiments.calibrate.report import _cell, _estimate
+    from ctrlsim.metrics.stats import mean_ci
+
+    values = {"a": 0.0, "b": 0.01, "c": 0.05}
+    share = _estimate(CalibrateConfig(protocol="ctrlbench", methods=("random",)), "coverage", values)
+    assert mean_ci(list(values.values())).low < 0 <= share.low <= share.high <= 0.05
+    assert _cell(share, 4).startswith("0.0200 [")
+    signed = _estimate(CalibrateConfig(protocol="steereval"), "delta_auc", values)
+    assert signed == mean_ci(list(values.values())) and _cell(signed, 4).startswith("0.0200 ± ")

@@ -21,6 +21,7 @@ from typing import Mapping
 import numpy as np
 
 from ctrlsim.experiments.tables import Block, Table, Text
+from ctrlsim.metrics.bounded import share_ci
 from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, spearman_ci, step_test
 from ctrlsim.recommenders.dial import format_lambda
 
@@ -163,7 +164,11 @@ def known_answer(config, method: str, metric: str, records_at_zero: list[dict], 
 
 # ----------------------------------------------------------------------------- tables
 
-def _estimate(values: Mapping[str, float]) -> Estimate:
+def _estimate(config, metric: str, values: Mapping[str, float]) -> Estimate:
+    """A metric's mean over observations: a bounded bootstrap interval for a share (Coverage,
+    Exposure, Drift), which stays in [0, 1]; a Student t interval otherwise (docs/statistics.md)."""
+    if metric in config.observation.share_metrics:
+        return share_ci(list(values.values()))
     return mean_ci(list(values.values()))
 
 
@@ -173,15 +178,15 @@ def _name(names: Mapping[str, str] | None, method: str) -> str:
 
 
 def _cell(est: Estimate, digits: int) -> str:
-    return format_estimate(est, digits=digits)
+    return format_estimate(est, digits=digits, bounds=est.method != "t")
 
 
 def metric_table(config, obs, metric: str, names: Mapping[str, str] | None = None) -> Table:
     rows = []
     for method in config.all_methods:
         by_lambda = curve(config, obs, method, metric)
-        cells = [_cell(_estimate(by_lambda[lam]), _digits(metric)) if lam in by_lambda else "-"
-                 for lam in config.grid]
+        cells = [_cell(_estimate(config, metric, by_lambda[lam]), _digits(metric))
+                 if lam in by_lambda else "-" for lam in config.grid]
         corr = rho_of(by_lambda)
         rho = format_estimate(Estimate(corr.rho, corr.low, corr.high, corr.n), bounds=True, signed=True)
         n = sorted({len(v) for v in by_lambda.values()})
@@ -208,7 +213,7 @@ def known_rows(config, records: Mapping[str, dict], obs, names: Mapping[str, str
             observed = curve(config, obs, method, metric).get(zero, {})
             answer = known_answer(config, method, metric, at_zero, observed) if zero == 0.0 else None
             if answer is None:
-                cell = _cell(_estimate(observed), 4) if observed else "-"
+                cell = _cell(_estimate(config, metric, observed), 4) if observed else "-"
                 rows.append([_name(names, method), _label(metric), "none known", cell, "-"])
             else:
                 rows.append([_name(names, method), _label(metric), answer[0], answer[1],
@@ -244,13 +249,14 @@ def compare_table(config, obs, names: Mapping[str, str] | None = None) -> Table:
         for method in config.all_methods:
             if (method, box) not in obs:
                 continue
-            box_est = _estimate(obs[(method, box)][metric])
+            box_est = _estimate(config, metric, obs[(method, box)][metric])
             by_lambda = curve(config, obs, method, metric)
             grid = [lam for lam in config.grid if lam in by_lambda]
             if resolution(by_lambda).value is None:  # a flat or unresolved curve is no scale
                 text = "no scale: the method does not resolve the dial"
             else:
-                text, _ = match_lambda(grid, [_estimate(by_lambda[lam]) for lam in grid], box_est)
+                text, _ = match_lambda(grid, [_estimate(config, metric, by_lambda[lam]) for lam in grid],
+                                       box_est)
             rows.append([box, _name(names, method), _cell(box_est, _digits(metric)), text])
     return Table.of("Real boxes on the dial's scale", rows,
                     ["Box", "Method", _label(metric), "Responds like lambda [95% interval]"])
@@ -329,7 +335,7 @@ def calibration_figure(config, records: Mapping[str, dict]):
             grid = [lam for lam in config.grid if lam in by_lambda and by_lambda[lam]]
             if not grid:
                 continue
-            ests = [_estimate(by_lambda[lam]) for lam in grid]
+            ests = [_estimate(config, metric, by_lambda[lam]) for lam in grid]
             mean = np.array([e.value for e in ests])
             low = np.array([e.low if e.n > 1 else e.value for e in ests])
             high = np.array([e.high if e.n > 1 else e.value for e in ests])
@@ -337,7 +343,7 @@ def calibration_figure(config, records: Mapping[str, dict]):
             ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
             for box, style in zip(config.compare, [":", "--", "-.", (0, (1, 3)), (0, (5, 1))] * 4):
                 if (method, box) in obs:
-                    value = _estimate(obs[(method, box)][metric]).value
+                    value = _estimate(config, metric, obs[(method, box)][metric]).value
                     ax.axhline(value, color=line.get_color(), linestyle=style, linewidth=1,
                                label=f"{box} ({method})")
         ax.set_xlabel("lambda (dial box)")
@@ -381,7 +387,7 @@ def summary(ctx, records) -> dict:
         for metric in config.metrics:
             by_lambda = curve(config, obs, method, metric)
             grid = [lam for lam in config.grid if lam in by_lambda]
-            estimates = [mean_ci(list(by_lambda[lam].values())) for lam in grid]
+            estimates = [_estimate(config, metric, by_lambda[lam]) for lam in grid]
             curves.setdefault(method, {})[metric] = {"lambda": grid,
                                                       "estimates": [e.to_dict() for e in estimates]}
             res = resolution(by_lambda)
@@ -393,7 +399,7 @@ def summary(ctx, records) -> dict:
             for box in config.compare:
                 if (method, box) not in obs:
                     continue
-                box_est = mean_ci(list(obs[(method, box)][metric].values()))
+                box_est = _estimate(config, metric, obs[(method, box)][metric])
                 if res.value is None:
                     text, lam = "no scale: the method does not resolve the dial", None
                 else:

@@ -118,4 +118,5 @@ def observe(cal: Any, method: str, box: str, seed: int, unit: UnitContext) -> di
 OBSERVATION = Observation(
     config_for=config_for, observe=observe, check=check, cache_uses=cache_uses, llms=lambda cal, m, b: [],
     check_methods=check_methods, check_compare=check_compare, metrics=("coverage", "exposure"),
+    share_metrics=("coverage", "exposure"),
     default_methods=("oracle", "random"), dial_kind="dial")

@@ -87,4 +87,5 @@ def observe(cal: Any, method: str, box: str, seed: int, unit: UnitContext) -> di
 OBSERVATION = Observation(
     config_for=config_for, observe=observe, check=check, cache_uses=lambda cal, m, b: {}, llms=llms,
     check_methods=check_methods, check_compare=check_compare, metrics=("drift", "slice_shift"),
+    share_metrics=("drift",),
     default_methods=("b0", "b3"), dial_kind="dial")
