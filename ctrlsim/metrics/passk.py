@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ctrlsim.errors import ConfigError
+from ctrlsim.metrics.bounded import bootstrap_mean_ci
 
 
 def pass_hat_k(successes: int, trials: int, k: int) -> float:
@@ -48,8 +49,6 @@ class PassK:
 def pass_k_curve(outcomes: Mapping[Any, Sequence[bool]], *, confidence: float = 0.95,
                  n_resamples: int = 9999, seed: int = 0) -> PassK:
     """pass^k for every k up to the fewest tries of any task, from each task's success flags."""
-    from ctrlsim.metrics.bounded import bootstrap_mean_ci
-
     if not outcomes:
         raise ConfigError("pass^k needs at least one task")
     trials = min(len(flags) for flags in outcomes.values())

@@ -163,13 +163,15 @@ def ratio_ci(numerators: Sequence[float], denominators: Sequence[float],
 class PairedComparison:
     """method - reference over matched units: the mean difference with its t interval and the
     two-sided p-value of the Wilcoxon signed-rank test (NaN when undefined: fewer than one non-zero
-    difference)."""
+    difference), and `mde`: the smallest true difference a paired t test on these pairs would find
+    with 80% power (`ctrlsim.metrics.power`; NaN with fewer than two pairs)."""
 
     difference: Estimate
     p_wilcoxon: float
     n: int
     wins: int
     losses: int
+    mde: float = float("nan")
 
 
 def paired_comparison(method: Sequence[float], reference: Sequence[float],
@@ -186,8 +188,12 @@ def paired_comparison(method: Sequence[float], reference: Sequence[float],
 
         # zero_method="wilcox" drops ties at zero, the classic test; exact p for small n.
         p = float(wilcoxon(diff, zero_method="wilcox", alternative="two-sided").pvalue)
+    from ctrlsim.metrics.power import minimum_detectable_effect
+
+    spread = float(diff.std(ddof=1)) if diff.size > 1 else float("nan")
     return PairedComparison(mean_ci(diff.tolist(), confidence), p, int(diff.size),
-                            int((diff > 0).sum()), int((diff < 0).sum()))
+                            int((diff > 0).sum()), int((diff < 0).sum()),
+                            minimum_detectable_effect(spread, int(diff.size), alpha=1 - confidence))
 
 
 def format_estimate(estimate: Estimate, scale: float = 1.0, digits: int = 2, *, bounds: bool = False,

@@ -117,6 +117,15 @@ def test_summary_box_comparison_matches_the_records(audited):
         nonzero = diffs[diffs != 0]
         expected = float(wilcoxon(nonzero).pvalue) if nonzero.size else None
         assert row["p_wilcoxon"] == (pytest.approx(expected) if expected is not None else None)
+        # the smallest difference three pairs could show 80% of the time (statsmodels' power solver)
+        from statsmodels.stats.power import TTestPower
+
+        spread = float(diffs.std(ddof=1))
+        if spread == 0:
+            assert row["mde"] == 0.0
+        else:
+            effect = TTestPower().solve_power(nobs=3, alpha=0.05, power=0.8)
+            assert row["mde"] == pytest.approx(spread * effect, rel=1e-4)
 
 
 def test_summary_calibration_matches_the_records(audited):

@@ -5,6 +5,7 @@ import pytest
 from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig
 from ctrlsim.experiments.ctrlbench.reliability import outcomes, pass_k_table
 from ctrlsim.experiments.ctrlbench.tables import coverage_cell, curve_estimate, mde_cell
+from ctrlsim.metrics.stats import paired_comparison
 
 
 def _record(method, target, seed, final):
@@ -54,5 +55,5 @@ def test_the_minimum_detectable_effect_cell():
     mean = sum(diffs) / 4
     sd = (sum((d - mean) ** 2 for d in diffs) / 3) ** 0.5
     d = TTestPower().solve_power(nobs=4, alpha=0.05, power=0.8)
-    assert float(mde_cell(mine, theirs)) == pytest.approx(100 * sd * d, abs=0.006)
-    assert mde_cell([0.1], [0.0]) == "n/a (one pair)"
+    assert float(mde_cell(paired_comparison(mine, theirs))) == pytest.approx(100 * sd * d, abs=0.006)
+    assert mde_cell(paired_comparison([0.1], [0.0])) == "n/a (one pair)"

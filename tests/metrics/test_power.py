@@ -24,3 +24,14 @@ def test_undefined_and_degenerate_spreads():
     assert math.isnan(minimum_detectable_effect(1.0, 1))
     assert math.isnan(minimum_detectable_effect(float("nan"), 5))
     assert minimum_detectable_effect(0.0, 5) == 0.0
+
+
+def test_a_paired_comparison_carries_its_minimum_detectable_effect():
+    import numpy as np
+
+    from ctrlsim.metrics.stats import paired_comparison
+
+    mine, theirs = [3.0, 5.0, 4.0, 6.0, 2.0], [1.0, 2.0, 2.5, 1.0, 2.0]
+    spread = float(np.std(np.subtract(mine, theirs), ddof=1))
+    assert paired_comparison(mine, theirs).mde == pytest.approx(minimum_detectable_effect(spread, 5))
+    assert math.isnan(paired_comparison([1.0], [0.0]).mde)

@@ -15,14 +15,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from ctrlsim.backends.bundled import BUNDLED_LLMS
 from ctrlsim.experiments.audit.config import AuditConfig, is_llm_box
 from ctrlsim.experiments.audit.words import caveats, headline, headline_lines, placement_words
 from ctrlsim.experiments.usage import total_tokens
 from ctrlsim.metrics.bounded import share_ci
-from ctrlsim.metrics.power import minimum_detectable_effect
 from ctrlsim.metrics.stats import Estimate, mean_ci, paired_comparison, ratio_ci
 
 SMALL_LLMS = tuple(BUNDLED_LLMS)  # every bundled model has 1.5B parameters or fewer
@@ -128,12 +125,10 @@ def box_comparison(cells: Mapping[tuple[str, str], list[dict]], config: AuditCon
             mine = {(r["target"], r["seed"]): r["curves"]["coverage"][-1] for r in recs}
             keys = sorted(set(ref) & set(mine))
             comp = paired_comparison([mine[k] * 100 for k in keys], [ref[k] * 100 for k in keys])
-            diffs = [(mine[k] - ref[k]) * 100 for k in keys]
-            spread = float(np.std(diffs, ddof=1)) if len(keys) > 1 else None
             rows.append({"protocol": "ctrlbench", "metric": "Coverage (%)", "box": box, "reference": primary,
                          "method": method, "difference": est(comp.difference), "p_wilcoxon": comp.p_wilcoxon,
                          "n": comp.n, "wins": comp.wins, "losses": comp.losses,
-                         "mde": None if spread is None else minimum_detectable_effect(spread, len(keys))})
+                         "mde": None if comp.n < 2 else comp.mde})
     return rows
 
 

@@ -34,7 +34,6 @@ from typing import Mapping
 from ctrlsim.backends.meter import unknown_tokens
 from ctrlsim.experiments.tables import Table, Text
 from ctrlsim.metrics.bounded import share_ci
-from ctrlsim.metrics.power import minimum_detectable_effect
 from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, paired_comparison, ratio_ci
 
 SHARE_CURVES = ("coverage",)  # curves whose values are shares in [0, 1]: bootstrap intervals
@@ -181,19 +180,13 @@ def paired_table(config, records: Mapping[str, dict]) -> Table:
                 else f"{cmp.p_wilcoxon:.3g}"
             rows.append([scope, labels.get(method, method), labels.get(reference, reference), cmp.n,
                          format_estimate(cmp.difference, 100), f"{cmp.wins}/{ties}/{cmp.losses}", p,
-                         mde_cell(mine, theirs)])
+                         mde_cell(cmp)])
     return Table.of(f"Paired comparison with {reference} (Coverage at t = {t})", rows, header)
 
 
-def mde_cell(mine: list, theirs: list) -> str:
-    """The minimum detectable Coverage difference (pp) of a paired t test on these pairs."""
-    import numpy as np
-
-    diff = np.asarray(mine, dtype=float) - np.asarray(theirs, dtype=float)
-    diff = diff[~np.isnan(diff)]
-    if diff.size < 2:
-        return "n/a (one pair)"
-    return f"{100 * minimum_detectable_effect(float(diff.std(ddof=1)), int(diff.size)):.2f}"
+def mde_cell(comparison) -> str:
+    """The minimum detectable Coverage difference (pp) of a paired comparison."""
+    return "n/a (one pair)" if comparison.n < 2 else f"{100 * comparison.mde:.2f}"
 
 
 def substitution_table(config, records: Mapping[str, dict]) -> Table:
