@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ctrlsim.experiments.units import progress as progress_bar
 from ctrlsim.experiments.units import put_in_worker_cache, run_dataset, worker_cache
 
-RESPONSE_CACHE_FILE = "llm-cache.sqlite"  # the LLM replies a run used (run folder, shared folder)
+RESPONSE_CACHE_FILE = "llm-cache.sqlite"  # the LLM replies a run used (run folder, --shared-cache DIR)
 PROFILE_FILE = "profiles.sqlite"          # the personas a run generated (run folder)
 
 
