@@ -14,7 +14,7 @@ the CLI printed (tests read the CLI's output with it); the framework never parse
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 from ctrlsim.errors import ConfigError
 
@@ -100,15 +100,20 @@ def render_markdown(blocks: Sequence[Block]) -> str:
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
+def _unique_name(title: str, taken: Mapping[str, Any]) -> str:
+    """`title`, or `title (2)`, `(3)`, ... where an earlier table took it."""
+    name, copy = title, 2
+    while name in taken:
+        name, copy = f"{title} ({copy})", copy + 1
+    return name
+
+
 def report_tables(blocks: Sequence[Block]) -> dict[str, pd.DataFrame]:
     """Title -> DataFrame for every table of the report, in order (a repeated title gets " (2)")."""
     tables: dict[str, pd.DataFrame] = {}
     for block in blocks:
         if isinstance(block, Table):
-            name, copy = block.title, 2
-            while name in tables:
-                name, copy = f"{block.title} ({copy})", copy + 1
-            tables[name] = block.frame
+            tables[_unique_name(block.title, tables)] = block.frame
     return tables
 
 
@@ -190,10 +195,7 @@ def markdown_tables(markdown: str) -> dict[str, pd.DataFrame]:
                 cells = _cells(lines[n])
                 rows.append([_value(c) for c in cells[:len(header)]] + [""] * (len(header) - len(cells)))
                 n += 1
-            name, copy = heading, 2
-            while name in tables:
-                name, copy = f"{heading} ({copy})", copy + 1
-            tables[name] = pd.DataFrame(rows, columns=header)
+            tables[_unique_name(heading, tables)] = pd.DataFrame(rows, columns=header)
             continue
         n += 1
     return tables

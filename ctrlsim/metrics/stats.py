@@ -12,6 +12,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ctrlsim.metrics.power import minimum_detectable_effect
+
 
 @dataclass(frozen=True)
 class TTest:
@@ -188,8 +190,6 @@ def paired_comparison(method: Sequence[float], reference: Sequence[float],
 
         # zero_method="wilcox" drops ties at zero, the classic test; exact p for small n.
         p = float(wilcoxon(diff, zero_method="wilcox", alternative="two-sided").pvalue)
-    from ctrlsim.metrics.power import minimum_detectable_effect
-
     spread = float(diff.std(ddof=1)) if diff.size > 1 else float("nan")
     return PairedComparison(mean_ci(diff.tolist(), confidence), p, int(diff.size),
                             int((diff > 0).sum()), int((diff < 0).sum()),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
+from ctrlsim.experiments.ctrlbench.tables import method_labels
 from ctrlsim.experiments.tables import Table
 from ctrlsim.metrics.passk import pass_k_curve
 
@@ -27,7 +28,7 @@ def outcomes(config, records: Mapping[str, dict]) -> dict[tuple[str, str], dict[
 
 def pass_k_table(config, records: Mapping[str, dict]) -> Table:
     """pass^k for k = 1..seeds per box x method, with intervals and the cliff."""
-    labels = {r["method"]: r.get("label", r["method"]) for r in records.values()}
+    labels = method_labels(records)
     cells = outcomes(config, records)
     width = len(config.seeds)
     header = ["Black-Box", "Method", "tasks", "tries"] + [f"pass^{k}" for k in range(1, width + 1)] + \
