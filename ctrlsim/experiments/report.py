@@ -37,6 +37,14 @@ def runner_of(folder: Path) -> Runner:
     return get_runner(name)
 
 
+def read_run(folder: str | Path) -> tuple[Runner, object, dict[str, dict]]:
+    """(runner, typed config, finished records) of a run folder, read without its lock."""
+    folder = Path(folder)
+    runner = runner_of(folder)
+    stored, records = read_run_records(folder / "records.jsonl", runner.record_fields)
+    return runner, runner.config_from_identity(stored), records
+
+
 def rebuild_report(runs: Sequence[str | Path], *, out: str | Path | None = None,
                    figures: bool = True) -> tuple[str, Path]:
     """Rewrite the tables (and figures) of `runs`, merged into `out` when given; returns (tables.md's

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ctrlsim.experiments.config import RunOptions
     from ctrlsim.experiments.context import UnitContext
     from ctrlsim.experiments.runfolder import RunFolder
+    from ctrlsim.experiments.scores import Scores
 
 
 @dataclass
@@ -166,6 +167,9 @@ class Runner:
     summary: Callable[[RunContext, Mapping[str, dict]], dict] | None = None
     # The protocol's observation function, for calibration and the audit (see `Observation`).
     observation: Observation | None = None
+    # Per-observation scores for the reliability tools: noise runs, probe-model sensitivity, sized
+    # runs (`ctrlsim.experiments.scores`).
+    scores: Scores | None = None
 
     def out_for(self, options: RunOptions) -> Path:
         return Path(options.out or self.default_out or f"results/{self.name}")

@@ -20,6 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ctrlsim.experiments.scores import Scores
 from ctrlsim.experiments.tables import Block, Table, Text
 from ctrlsim.metrics.bounded import share_ci
 from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, spearman_ci, step_test
@@ -36,9 +37,13 @@ def _label(metric: str) -> str:
     return METRIC_LABELS.get(metric, metric)
 
 
+# Metrics the observations store in percent (ctrlbench's Coverage and Exposure).
+PERCENT_METRICS = ("coverage", "exposure")
+
+
 def _digits(metric: str) -> int:
     """Decimals a metric's cells show: percentages 2, fractions and AUC differences 4."""
-    return 2 if metric in ("coverage", "exposure") else 4
+    return 2 if metric in PERCENT_METRICS else 4
 
 
 # ----------------------------------------------------------------------------- collecting
@@ -50,6 +55,22 @@ def observations(records: Mapping[str, dict]) -> dict[tuple[str, str], dict[str,
         for metric, values in record["values"].items():
             out[(record["method"], record["box"])][metric].update(values)
     return out
+
+
+def score_rows(config, records: Mapping[str, dict]):
+    """Every observation of every unit as a score row (`ctrlsim.experiments.scores`); shares in
+    [0, 1] (a percent metric divided by 100)."""
+    shares = config.observation.share_metrics
+    for key, record in records.items():
+        for metric, values in record["values"].items():
+            scale = 0.01 if metric in PERCENT_METRICS and metric in shares else 1.0
+            for obs_id, value in values.items():
+                yield {"key": key, "method": record["method"], "box": record["box"], "observation": obs_id,
+                       "seed": record["seed"], "metric": metric, "value": scale * value,
+                       "share": metric in shares}
+
+
+SCORES = Scores(rows=score_rows, headline=lambda config: config.metrics[0])
 
 
 def curve(config, obs, method: str, metric: str) -> dict[float, dict[str, float]]:

@@ -12,5 +12,5 @@ RUNNER = Runner(name="calibrate", config_cls=config.CalibrateConfig, description
                 extensible=("methods", "dials", "seeds", "compare"), llm_fields=("llm",),
                 default_out=config.DEFAULT_OUT, unit_name="units",
                 record_fields=("method", "box", "seed", "values"), summary=report.summary,
-                presets=config.PRESETS)
+                presets=config.PRESETS, scores=report.SCORES)
 

@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Mapping
 
 from ctrlsim.experiments.ctrlbench.tables import method_labels
+from ctrlsim.experiments.scores import Scores
 from ctrlsim.experiments.tables import Table
 from ctrlsim.metrics.passk import pass_k_curve
 
@@ -54,3 +55,16 @@ def pass_k_table(config, records: Mapping[str, dict]) -> Table:
                           "estimator of tau-bench): the chance that k tries all succeed; [low, high] is a "
                           "95% bootstrap interval over tasks (none with one task). A cliff near 0 means "
                           "control is reliable; a large one, that success is luck (docs/statistics.md).")
+
+
+def score_rows(config, records: Mapping[str, dict]):
+    """Each episode's Coverage share at its last round (`ctrlsim.experiments.scores`): the figure a
+    task's success, a noise run and a probe-model sensitivity analysis read."""
+    for key, record in records.items():
+        curve = record["curves"]["coverage"]
+        yield {"key": key, "method": record["method"], "box": record["recommender"],
+               "observation": f"{record['target']}|seed={record['seed']}", "seed": record["seed"],
+               "metric": "coverage", "value": curve[-1] if curve else 0.0, "share": True}
+
+
+SCORES = Scores(rows=score_rows, headline=lambda config: "coverage")
