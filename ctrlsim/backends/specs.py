@@ -63,6 +63,44 @@ def parse_spec(spec: str) -> tuple[str | None, str]:
     return None, spec
 
 
+def _implied_runtime(model: str, derived) -> str:
+    """The runtime of a spec without a `runtime:` prefix, from its model part (settings split off)."""
+    if model in BUNDLED_LLMS or derived is not None or model.endswith(".gguf"):
+        return "llamacpp"
+    if model.startswith(("http://", "https://")):
+        return "openai"
+    return "transformers"
+
+
+def runtime_of(spec: str) -> str:
+    """The runtime `load_llm(spec)` loads the model on (nothing is loaded or checked on disk)."""
+    runtime, target = parse_spec(spec.strip())
+    if runtime is not None:
+        return runtime
+    model, _ = split_profile(target)
+    return _implied_runtime(model, split_derived(model))
+
+
+def with_llamacpp_settings(spec: str, **settings) -> str:
+    """`spec` with llama.cpp runtime settings changed (`n_parallel=3`): the model part and its other
+    settings are kept, and every setting that differs from the default profile is written out as one
+    `@key=value,...` segment (so the result names the whole profile). A `ConfigError` for a spec that
+    does not run on llama.cpp or an unknown setting."""
+    import dataclasses
+
+    if runtime_of(spec) != "llamacpp":
+        raise ConfigError(f"{spec!r} runs on {runtime_of(spec)}, not llama.cpp: it has no runtime settings")
+    runtime, target = parse_spec(spec.strip())
+    model, profile = split_profile(target)
+    try:
+        changed = dataclasses.replace(profile or PROFILES[DEFAULT_PROFILE], **settings)
+    except TypeError:
+        raise ConfigError(f"unknown llama.cpp runtime setting(s) {sorted(settings)}") from None
+    written = {**changed.differences(), **{key: getattr(changed, key) for key in settings}}
+    segment = ",".join(f"{key}={int(value)}" for key, value in written.items())
+    return f"{runtime + ':' if runtime else ''}{model}@{segment}"
+
+
 def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
              cache: ResponseCache | str | Path | None = None, threads: int | None = None, **options) -> LLM:
     """Load an LLM from a spec string (see module docstring). `cache` may be a path."""
@@ -80,12 +118,7 @@ def load_llm(spec: str = DEFAULT_LLM, *, meter: TokenMeter | None = None,
     if derived is not None or profile is not None:
         require_llamacpp(spec, runtime)
     if runtime is None:
-        if target in BUNDLED_LLMS or derived is not None or target.endswith(".gguf"):
-            runtime = "llamacpp"
-        elif target.startswith(("http://", "https://")):
-            runtime = "openai"
-        else:
-            runtime = "transformers"
+        runtime = _implied_runtime(target, derived)
 
     if runtime == "llamacpp":
         from ctrlsim.backends.llamacpp.llm import LlamaCppLLM

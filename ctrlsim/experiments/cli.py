@@ -159,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("audit", help="every protocol that applies to a box, one report.html (see `ctrlsim audit "
                                  "--help`)", add_help=False)
+    sub.add_parser("noise", help="rerun a run without its caches in another batch layout: its noise floor "
+                                 "and smallest detectable effect (`ctrlsim noise --help`)", add_help=False)
     return parser
 
 
@@ -198,6 +200,10 @@ def _main(argv: list[str] | None) -> int:
             from ctrlsim.experiments.audit.runner import audit_main
 
             return audit_main(argv[1:])
+        if argv and argv[0] == "noise":
+            from ctrlsim.experiments.noise.command import noise_main
+
+            return noise_main(argv[1:])
         args = build_parser().parse_args(argv)
         return args.func(args)
     except CtrlsimError as exc:

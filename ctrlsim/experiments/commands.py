@@ -11,6 +11,7 @@ resumes).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -36,6 +37,11 @@ def build_parser(runner: Runner) -> argparse.ArgumentParser:
     if runner.presets:
         parser.add_argument("--preset", choices=sorted(runner.presets), default=argparse.SUPPRESS,
                             help="start from a preset; flags given as well override it")
+    if "llms" not in {f.name for f in dataclasses.fields(runner.config_cls)}:  # promptshift's is its own
+        parser.add_argument("--llms", dest="across_llms", metavar="A,B,...", default=argparse.SUPPRESS,
+                            help="run the same units once per probe model, each into OUT/llm=<model>/, "
+                                 "then write how much the box comparison moves with the model "
+                                 "(OUT/sensitivity.md; docs/statistics.md)")
     default_out = str(runner.out_for(RunOptions()))
     parser.set_defaults(out=default_out)
     for action in parser._actions:  # the shared help text cannot know each runner's folder
@@ -93,14 +99,42 @@ def parse_command(name: str, argv: Sequence[str] | None = None) -> tuple[Any, Ru
     return config_from_cli(runner, args), config_from_args(RunOptions, args)
 
 
+def across_llms(runner: Runner, argv: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The probe models of `--llms A,B,...` (None without the flag); `--llms` with the probe-LLM flag
+    itself, or with a sized run, is a `ConfigError`."""
+    args = vars(build_parser(runner).parse_args(argv))
+    if "across_llms" not in args:
+        return None
+    from ctrlsim.experiments.sensitivity.run import check_llm_list, probe_field
+
+    name = probe_field(runner)
+    if name in args:
+        raise ConfigError(f"--llms runs each of its models as --{name.replace('_', '-')}: give one of the "
+                          "two")
+    if args.get("precision") is not None or args.get("budget_minutes") is not None:
+        raise ConfigError("--llms runs at the sizes given; size a run (--precision, --budget-minutes) on "
+                          "its own")
+    return check_llm_list(args["across_llms"])
+
+
 def runner_main(name: str, argv: Sequence[str] | None = None) -> int:
     """`ctrlsim <name> ...`: parse, check, drive, print the tables and the failures."""
     from ctrlsim.experiments.driver import drive, failure_summary
 
     runner = get_runner(name)
     config, options = parse_command(name, argv)  # every value is checked here, before any model loads
+    llms = across_llms(runner, argv)
+    if llms is not None:
+        from ctrlsim.experiments.sensitivity.run import sensitivity_main
+
+        return sensitivity_main(runner, config, options, llms)
     started = time.perf_counter()
-    result = drive(runner, config, options)
+    if options.precision is not None or options.budget_minutes is not None:
+        from ctrlsim.experiments.driver import drive_sized
+
+        result = drive_sized(runner, config, options)
+    else:
+        result = drive(runner, config, options)
     print(result.markdown)
     if result.failed:
         print(failure_summary(result), file=sys.stderr)

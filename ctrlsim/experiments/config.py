@@ -64,13 +64,29 @@ class RunOptions:
     shared_cache: str | None = field(default=None, metadata={
         "help": "a folder whose response cache every run given it shares (LLM replies are kept in the "
                 "run folder and there; a rerun in a new folder replays them for free)"})
+    precision: float | None = field(default=None, metadata={
+        "help": "a sized run: add seeds in rounds until every headline interval (a 95%% confidence sequence "
+                "of the headline share per method and box) has at most this half-width, e.g. 0.05; needs "
+                "--budget-minutes (docs/statistics.md)"})
+    budget_minutes: float | None = field(default=None, metadata={
+        "help": "the minutes a sized run (--precision) may spend; it stops before a round that would not "
+                "fit, and sizing.json says which stopped it"})
     # Drawing the figures is most of what a fully cached rerun costs (matplotlib's import alone
     # is about 0.35 s); sweeps that only need records and tables can skip them.
     figures: bool = field(default=True, metadata={"help": "write figures/*.png; '--figures false' skips "
                                                           "them (and matplotlib)"})
+    # A unit is a pure function of (config, key), so the order its wave runs in changes no record;
+    # another order is another batch layout (what shares a model, a KV cache, a reply batch), which
+    # `ctrlsim noise` varies to measure the noise floor.
+    unit_order_seed: int | None = field(default=None, metadata={
+        "help": "run each wave's units in an order shuffled with this seed (changes no record; "
+                "`ctrlsim noise` reruns a run so); none: the plan's order"})
 
     def __post_init__(self):
         check_choice("executor", self.executor, EXECUTORS)
+        if self.unit_order_seed is not None:
+            check_integer("unit_order_seed", self.unit_order_seed)
+            check_range("unit_order_seed", self.unit_order_seed, low=0, high=MAX_SEED)
         if self.replay is not None:
             recorded = Path(self.replay)
             log = recorded / "exchanges.jsonl" if recorded.is_dir() else recorded
@@ -80,6 +96,12 @@ class RunOptions:
             raise ConfigError(f"--ray-address {self.ray_address!r} needs --executor ray")
         if self.out is not None:
             check_output_dir(self.out)
+        if (self.precision is None) != (self.budget_minutes is None):
+            raise ConfigError("--precision and --budget-minutes go together: the wanted half-width of the "
+                              "headline intervals and the minutes a sized run may spend reaching it")
+        if self.precision is not None:
+            check_range("precision", self.precision, low=1e-6, high=0.5)
+            check_range("budget_minutes", self.budget_minutes, low=0.01, high=10_000_000)
         if self.shared_cache is not None and Path(self.shared_cache).expanduser().is_file():
             raise ConfigError(f"--shared-cache {self.shared_cache!r} is a file; give a folder (its "
                               "llm-cache.sqlite is the shared response cache)")
@@ -96,6 +118,13 @@ def check_range(name: str, value, *, low=None, high=None) -> None:
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
         raise ConfigError(f"{name} must be in {bounds}, got {value!r}")
+
+
+# A ctrlbench episode succeeds (pass^k) when it found at least 5% of its target's items by the last
+# round: a bar the oracle probe clears on a box that follows its likes at the default sizes (4 rounds
+# of 3 items, War+Film-Noir), and the random probe rarely does (docs/statistics.md, "pass^k"). Shared
+# by ctrlbench and its calibration.
+DEFAULT_SUCCESS = 0.05
 
 
 # Upper bounds of the counts every runner takes: far above any real experiment (the papers use at

@@ -9,7 +9,8 @@ The order is fixed, so every protocol behaves the same:
    all before the first model loads;
 2. the run folder opens; its stored config must equal the asked-for config, or differ only by
    new values in extensible fields (then the run is extended; see `identity`);
-3. waves of units: the runner plans the units not yet finished, the executor runs them (each
+3. waves of units: the runner plans the units not yet finished, the executor runs them (in the
+   plan's order, or shuffled with `RunOptions.unit_order_seed`, which changes no record; each
    with its `UnitContext`: its typed spec, its dataset, box, LLM and encoder, one cache policy), and
    each finished record is stored as it arrives. A unit that raised is a *failure*: it is never
    stored (a rerun retries exactly those units), its reason is kept, and the rest go on;
@@ -23,6 +24,7 @@ many finished units it holds, once the executor and the folder are closed; table
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ctrlsim.errors import CtrlsimError, RunInterrupted
+from ctrlsim.experiments import cost
 from ctrlsim.experiments.config import RunOptions, check_output_dir
 from ctrlsim.experiments.context import UnitPayload, call_unit, planned_units, run_settings
 from ctrlsim.experiments.runner import RunContext, Runner
@@ -149,8 +152,9 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     `llms` maps LLM specs to loaded LLMs that serve them in this process (nothing is loaded for
     those specs, and they are not checked as paths)."""
     from ctrlsim.experiments.executor import executor_from_options, is_failure
+    from ctrlsim.experiments.report import report_of
     from ctrlsim.experiments.runfolder import RunFolder
-    from ctrlsim.experiments.tables import render_markdown, report_blocks, write_report
+    from ctrlsim.experiments.tables import render_markdown, write_report
 
     options = options or RunOptions()
     started = time.perf_counter()
@@ -192,19 +196,27 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
             if not force and time.perf_counter() - last_tables[0] < wait:
                 return []
             began = time.perf_counter()
-            blocks = report_blocks(runner.report(report_ctx, dict(store.records())))
+            blocks = report_of(report_ctx, dict(store.records()))
             write_report(folder, blocks)  # tables.md and tables.json, from the one renderer
             last_tables[:] = [time.perf_counter(), time.perf_counter() - began]
             return blocks
 
+        # A unit's cost: wall seconds since the previous record arrived (or its wave started).
+        last_arrival = [time.perf_counter()]
+        unit_seconds: list[float] = []
+
         def on_record(key: str, record: dict) -> None:
             nonlocal ran
+            seconds = time.perf_counter() - last_arrival[0]
+            last_arrival[0] = time.perf_counter()
             # Only finished units are ever stored (the store also skips older folders' failure
             # records when it loads them), so the store's records are the finished ones.
             if is_failure(record):  # never stored: a rerun retries the unit
                 failed[key] = record["error"]
                 return
             store.add(key, record)
+            cost.record_unit(folder.path, key, seconds)
+            unit_seconds.append(seconds)
             ran += 1
             if runner.on_stored is not None:
                 runner.on_stored(ctx, key, record)
@@ -213,6 +225,8 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
         planned: set[str] = set()
         executor = None
         waves = True
+        if show_progress:  # before any model loads: what will run and what it will cost
+            print(planned_line(ctx, folder, dict(store.records())), file=sys.stderr, flush=True)
         try:
             if runner.prepare is not None:
                 try:
@@ -226,6 +240,11 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                 wave, specs = planned_units(runner.plan(ctx, finished))
                 planned.update(wave)
                 todo = [k for k in wave if k not in finished and k not in failed]
+                if options.unit_order_seed is not None:  # another batch layout, the same records
+                    from ctrlsim.seeding import derive_rng
+
+                    order = derive_rng(options.unit_order_seed, "unit-order").permutation(len(todo))
+                    todo = [todo[i] for i in order]
                 if max_units is not None:
                     todo = todo[:max(0, max_units - ran - len(failed))]
                 if not todo:
@@ -237,6 +256,7 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                 unit_fn = partial(unit_with_exchange_settings, exchanges, partial(call_unit, runner.unit_fn))
                 payload = UnitPayload(runner.payload(ctx), run_settings(ctx, in_units=True),
                                       {k: specs[k] for k in todo})
+                last_arrival[0] = time.perf_counter()
                 executor.run(unit_fn, payload, todo, on_record,
                              progress=show_progress, desc=f"{runner.name} {runner.unit_name}")
         except KeyboardInterrupt:  # Ctrl-C: stop now (no tables rebuilt); what finished is stored
@@ -244,6 +264,7 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
         finally:
             if executor is not None:
                 executor.close()
+            cost.record_run(runner.name, cost.signature(identity, runner.extensible), unit_seconds)
         blocks = write_tables(force=True)
         records = dict(store.records())
         if options.figures and records:
@@ -253,6 +274,102 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     return RunResult(runner.name, out, stored_config, records, render_markdown(blocks), failed,
                      planned=len(planned | set(failed)), ran=ran, seconds=time.perf_counter() - started,
                      context=ctx, summarise=summarise, report=blocks)
+
+
+def planned_line(ctx: RunContext, folder: Any, finished: Mapping[str, dict]) -> str:
+    """The runner's planned units and their estimated cost (`ctrlsim.experiments.cost`), from its
+    plan on the finished records: called before any model loads."""
+    runner = ctx.runner
+    keys, _ = planned_units(runner.plan(ctx, finished))
+    if not keys and runner.prepare is not None:
+        return (f"{runner.name}: its {runner.unit_name} are planned once its driver-side phase has run "
+                f"({len(finished)} finished)")
+    sig = cost.signature(runner.identity(ctx), runner.extensible)
+    estimate = cost.estimate(runner.name, sig, folder.path, finished)
+    planned = set(keys)
+    return cost.plan_line(runner.name, runner.unit_name, len(planned), len(planned & set(finished)), estimate)
+
+
+def drive_sized(runner: Runner, config: Any, options: RunOptions, *, show_progress: bool = True,
+                **drive_kwargs: Any) -> RunResult:
+    """Run `config`, then add seeds in rounds until the headline intervals are `options.precision`
+    narrow or `options.budget_minutes` is spent; writes sizing.json and returns the last round's result."""
+    from ctrlsim.experiments import sizing as S
+    from ctrlsim.experiments.report import rebuild_report
+
+    precision, budget = options.precision, options.budget_minutes
+    S.check_sizable(runner, config)
+    assert precision is not None and budget is not None
+    out = runner.out_for(options)
+    started = time.perf_counter()
+    stored = stored_seeds(out) if not options.overwrite else ()
+    seeds = tuple(dict.fromkeys((*config.seeds, *stored)))
+    rounds: list[dict] = []
+    while True:
+        round_started = time.perf_counter()
+        config = replace(config, seeds=seeds)
+        result = drive(runner, config, options, show_progress=show_progress, **drive_kwargs)
+        options = replace(options, overwrite=False)  # the folder was set aside once, not every round
+        if result.failed:
+            return result
+        intervals = S.headline_intervals(runner, config, result.records_by_key)
+        widest = max(intervals, key=lambda i: i.half_width, default=None)
+        elapsed = time.perf_counter() - started
+        ran_seeds = len([s for s in seeds if s not in {x for r in rounds for x in r["seeds"]}])
+        round_seconds = time.perf_counter() - round_started
+        rounds.append({"seeds": list(seeds), "seconds": round(round_seconds, 1),
+                       "max_half_width": widest.half_width if widest else None,
+                       "widest": f"{widest.method} on {widest.box}" if widest else None})
+        if widest is None:
+            raise CtrlsimError(f"{runner.name}: the run holds no headline scores to size it by")
+        if widest.half_width <= precision:
+            stopped = S.STOP_PRECISION
+            break
+        if len(seeds) >= S.MAX_SEEDS:
+            stopped = S.STOP_SEEDS
+            break
+        per_seed = seconds_per_seed(out, result, len(seeds), round_seconds, ran_seeds)
+        add = S.seeds_to_add(len(seeds), per_seed, budget * 60 - elapsed)
+        if add < 1:
+            stopped = S.STOP_BUDGET
+            break
+        if show_progress:
+            print(f"sized run: widest headline half-width {widest.half_width:.3f} > {precision:g} "
+                  f"({widest.method} on {widest.box}, {len(seeds)} seeds); adding {add} seeds "
+                  f"(~{per_seed:.0f} s each, {budget * 60 - elapsed:.0f} s of the budget left)",
+                  file=sys.stderr, flush=True)
+        seeds = (*seeds, *S.next_seeds(seeds, add))
+    record = {"precision": precision, "budget_minutes": budget, "confidence": S.CONFIDENCE,
+              "interval": "confidence sequence for a bounded mean (Waudby-Smith & Ramdas, hedged capital) "
+                          "over per-seed means, per (method, box)",
+              "stopped_by": stopped, "seconds": round(time.perf_counter() - started, 1), "rounds": rounds,
+              "intervals": [i.to_dict() for i in intervals]}
+    (out / S.SIZING_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    markdown, _ = rebuild_report([out], figures=False)  # tables.md now ends with the sized-run table
+    result.markdown = markdown
+    if show_progress:
+        print(S.stop_sentence(record), file=sys.stderr, flush=True)
+    return result
+
+
+def seconds_per_seed(out: Path, result: RunResult, seeds: int, round_seconds: float,
+                      ran_seeds: int) -> float:
+    """Measured wall seconds one seed's units cost: this round's, else the folder's unit log."""
+    if ran_seeds and result.ran:
+        return round_seconds / ran_seeds
+    from ctrlsim.experiments.cost import folder_seconds
+
+    measured = folder_seconds(out, result.records_by_key)
+    return sum(measured.values()) / seeds if measured else round_seconds / max(seeds, 1)
+
+
+def stored_seeds(out: Path) -> tuple[int, ...]:
+    try:
+        stored = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    seeds = stored.get("config", {}).get("seeds") if isinstance(stored, dict) else None
+    return tuple(int(s) for s in seeds) if isinstance(seeds, list) else ()
 
 
 def exchange_settings(out: Path, options: RunOptions) -> ExchangeSettings:
@@ -298,8 +415,12 @@ def run(protocol: str, /, out: str | Path | None = None, *, config: Any = None,
     options = options or RunOptions()
     if out is not None:
         options = replace(options, out=str(out))
-    result = drive(runner, config, options, show_progress=show_progress, resources=resources, llms=llms,
-                   max_units=max_units)
+    if options.precision is not None or options.budget_minutes is not None:
+        result = drive_sized(runner, config, options, show_progress=show_progress, resources=resources,
+                             llms=llms, max_units=max_units)
+    else:
+        result = drive(runner, config, options, show_progress=show_progress, resources=resources, llms=llms,
+                       max_units=max_units)
     if result.failed and raise_on_failure:
         raise RunFailedError(result)
     return result

@@ -37,6 +37,18 @@ def runner_of(folder: Path) -> Runner:
     return get_runner(name)
 
 
+def report_of(ctx: RunContext, records: dict[str, dict]) -> list:
+    """The report a run folder shows: the runner's blocks, then the framework's (a sized run's
+    confidence sequences, `ctrlsim.experiments.sizing`)."""
+    from ctrlsim.experiments.sizing import sizing_blocks
+    from ctrlsim.experiments.tables import report_blocks
+
+    blocks = report_blocks(ctx.runner.report(ctx, records))
+    if ctx.folder is not None:
+        blocks += sizing_blocks(ctx.folder.path, ctx.runner, ctx.config, records)
+    return blocks
+
+
 def read_run(folder: str | Path) -> tuple[Runner, object, dict[str, dict]]:
     """(runner, typed config, finished records) of a run folder, read without its lock."""
     folder = Path(folder)
@@ -50,7 +62,7 @@ def rebuild_report(runs: Sequence[str | Path], *, out: str | Path | None = None,
     """Rewrite the tables (and figures) of `runs`, merged into `out` when given; returns (tables.md's
     text, folder)."""
     from ctrlsim.experiments.runfolder import RunFolder
-    from ctrlsim.experiments.tables import report_blocks, write_report
+    from ctrlsim.experiments.tables import write_report
 
     folders = [Path(r) for r in runs]
     if not folders:
@@ -80,7 +92,7 @@ def rebuild_report(runs: Sequence[str | Path], *, out: str | Path | None = None,
             if key not in run.store:
                 run.store.add(key, record)
         finished = {k: r for k, r in run.store.records()}
-        markdown = write_report(run, report_blocks(runner.report(ctx, finished)))
+        markdown = write_report(run, report_of(ctx, finished))
         if figures and finished:
             runner.figures(ctx, finished)
     return markdown, target

@@ -36,12 +36,15 @@ class Scores:
 
     * `rows(config, records)`: the score rows (dicts with `SCORE_COLUMNS`) of every finished record;
     * `headline(config)`: the metric a sized run narrows and a sensitivity analysis decomposes;
-    * `probe_llm_field`: the config field holding the probes' LLM (what `--llms` varies), if any.
+    * `probe_llm_field`: the config field holding the probes' LLM (what `--llms` varies), if any;
+    * `reference(config)`: the method every other method is compared with on the same observations
+      (a noise run's paired verdicts); None: the first method of the run's rows.
     """
 
     rows: Callable[[Any, Mapping[str, dict]], Iterable[dict]]
     headline: Callable[[Any], str]
     probe_llm_field: str | None = "llm"
+    reference: Callable[[Any], str] | None = None
 
 
 def score_frame(runner: Any, config: Any, records: Mapping[str, dict]) -> pd.DataFrame:

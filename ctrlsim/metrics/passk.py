@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import comb
-from typing import Any, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -63,4 +63,21 @@ def pass_k_curve(outcomes: Mapping[Any, Sequence[bool]], *, confidence: float = 
     return PassK(values, low, high, tasks=len(counts), trials=trials, confidence=confidence)
 
 
-__all__ = ["PassK", "pass_hat_k", "pass_k_curve"]
+def success_flags(tries: Iterable[tuple[Hashable, int, float]], threshold: float) -> dict[Any, list[bool]]:
+    """task -> success flag per try in seed order, from (task, seed, score) triples: a try succeeds
+    when its score reaches `threshold` (up to rounding)."""
+    found: dict[Any, list[tuple[int, bool]]] = {}
+    for task, seed, score in tries:
+        found.setdefault(task, []).append((seed, score >= threshold - 1e-9))
+    return {task: [ok for _, ok in sorted(flags)] for task, flags in found.items()}
+
+
+def shown_ks(n: int) -> list[int]:
+    """The k a pass^k table shows for n tries: every k up to 5, else 1, 2, 3, the powers of two
+    below n, and n (a run sized to hundreds of seeds keeps a readable table)."""
+    if n <= 5:
+        return list(range(1, n + 1))
+    return sorted({1, 2, 3, n} | {2 ** j for j in range(2, n.bit_length()) if 2 ** j < n})
+
+
+__all__ = ["PassK", "pass_hat_k", "pass_k_curve", "shown_ks", "success_flags"]

@@ -201,6 +201,19 @@ def test_placement_words():
                                              "no scale: the method does not resolve the dial", None)
 
 
+def test_placement_words_say_whether_the_interval_is_as_narrow_as_the_audit_aims_for():
+    from ctrlsim.experiments.audit.words import placement_words
+
+    oracle = placement_words("ctrlbench", "narm", "oracle", "0.37 [0.25, 0.50]", 0.37, seeds=3)
+    assert "interval width 0.25 <= 0.25, as precise as the audit aims for" in oracle
+    # an LLM probe aims for 0.5; 0.8 wide at 3 seeds: 3 * (0.8 / 0.5)^2 = 7.68 -> about 8 seeds
+    llm = placement_words("ctrlbench", "narm", "base-small", "0.40 [0.10, 0.90]", 0.40, seeds=3)
+    assert "interval width 0.80 > 0.5 wanted: not reachable at this size" in llm
+    assert "about 8 seeds instead of 3" in llm
+    apart = placement_words("ctrlbench", "narm", "base-small", "below lambda = 0 [no overlap]", None, seeds=3)
+    assert "the intervals do not overlap, so the placement is resolved" in apart
+
+
 def test_plan_applies_protocols_by_box():
     names = lambda boxes: [s.name for s in plan_subruns(AuditConfig(boxes=boxes))]  # noqa: E731
     assert names(("popularity",)) == ["ctrlbench", "calibrate-ctrlbench"]
@@ -275,3 +288,22 @@ def test_the_first_screen_leads_with_probes_that_pass_their_card(audited):
     assert coverage.index("oracle") < coverage.index("coin-flip")
     assert "coin-flip probe (floor)" in coverage.split("failed its validity card")[0]
     assert "failed its validity card" not in coverage.split("coin-flip")[0]
+
+
+def test_the_summary_holds_pass_k_of_control_by_hand(audited):
+    """pass^k per box and method from the ctrlbench sub-run's records: C(c, k) / C(n, k) per target,
+    averaged over targets (one target here), with ctrlbench's default success threshold."""
+    from math import comb
+
+    summary = json.loads((audited / SUMMARY).read_text())
+    numbers = summary["subruns"]["ctrlbench"]["numbers"]["pass_k"]
+    records = read_records(audited / "ctrlbench")
+    for box, by_method in numbers.items():
+        for method, cell in by_method.items():
+            flags = [r["curves"]["coverage"][-1] >= 0.05 for r in records
+                     if r["recommender"] == box and r["method"] == method]
+            n, c = len(flags), sum(flags)
+            assert cell["tries"] == n == 3 and cell["threshold"] == 0.05
+            for k in range(1, n + 1):
+                assert cell["values"][str(k)] == pytest.approx(comb(c, k) / comb(n, k))
+            assert cell["cliff"] == pytest.approx(c / n - comb(c, n) / comb(n, n))

@@ -143,3 +143,19 @@ def test_llm_spec_check_by_hand(tmp_path):
                        (str(tmp_path / "absent.gguf"), ModelNotFoundError), ("llamacpp:", ConfigError)):
         with pytest.raises(error):
             check_llm_spec(bad)
+
+
+def test_a_shuffled_unit_order_changes_no_record(tmp_path):
+    """`--unit-order-seed` runs a wave's units in a seeded order (what `ctrlsim noise` varies); a unit is
+    a pure function of its config and key, so only the order of the lines and the timings differ."""
+    def run(out, *extra):
+        assert main(["ctrlbench", *FAST, "--seeds", "0,1,2", *extra, "--out", str(out)]) == 0
+        lines = (out / "records.jsonl").read_text().splitlines()[1:]
+        return [json.loads(line)["key"] for line in lines], _records(out)[1]
+
+    plain, records = run(tmp_path / "plain")
+    shuffled, again = run(tmp_path / "shuffled", "--unit-order-seed", "5")
+    assert sorted(shuffled) == sorted(plain) and shuffled != plain
+    assert run(tmp_path / "same-seed", "--unit-order-seed", "5")[0] == shuffled
+    drop = lambda record: {k: v for k, v in record.items() if k != "timing"}  # noqa: E731
+    assert {k: drop(r) for k, r in again.items()} == {k: drop(r) for k, r in records.items()}

@@ -255,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="small (default; minutes on a 2-core CPU), medium, or paper (the papers' sizes)")
     parser.add_argument("--llm", default=DEFAULT_PROBE_LLM, help="the probes' LLM (a load_llm spec) "
                                                            f"[default: {DEFAULT_PROBE_LLM}]")
+    parser.add_argument("--llms", default=None, metavar="A,B,...",
+                        help="run the audit once per probe model, each into OUT/llm=<model>/, then say "
+                             "whether the findings depend on which model played the user (instead of --llm)")
     parser.add_argument("--dataset", default="ml-100k", help="dataset name or path [default: ml-100k]")
     parser.add_argument("--slate-size", type=int, default=3,
                         help="items per slate for every box (one scale for the placement) [default: 3]")

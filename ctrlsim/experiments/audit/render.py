@@ -42,3 +42,11 @@ def format_ci(e: Mapping[str, Any] | None, digits: int = 2) -> str:
 
 def render_report(summary: Mapping[str, Any], figures: Mapping[str, dict]) -> str:
     return _environment().get_template(TEMPLATE).render(s=summary, figures=figures)
+
+
+LLMS_TEMPLATE = "audit_llms.html.j2"
+
+
+def render_llms_report(summary: Mapping[str, Any]) -> str:
+    """report.html of an audit run once per probe model (`audit.sensitivity`): the same page rules."""
+    return _environment().get_template(LLMS_TEMPLATE).render(s=summary)

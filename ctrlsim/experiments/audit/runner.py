@@ -1,12 +1,10 @@
 """`ctrlsim audit BOX [--compare BOX2 ...]`: every protocol that applies to a box, one report card.
 
-The audit runs its sub-runs (`audit.config.plan_subruns`) one after the other through the driver,
-each into its own run folder under the audit folder (`<out>/ctrlbench`, `<out>/calibrate-ctrlbench`,
-...), so a rerun resumes every one of them and `--executor ray` scales them out. Only when every
-sub-run finished every unit does it write `<out>/summary.json` (every number of the report) and
-`<out>/report.html` (one self-contained page). A sub-run with failed units stops the audit: the
-failures are listed, the exit status is 1, and no report is written; a report left by an earlier
-audit in the folder is removed first, so a folder never holds a report of a run that failed.
+The audit runs its sub-runs (`audit.config.plan_subruns`) one after the other through the driver, each
+into its own run folder under the audit folder (`<out>/ctrlbench`, ...), so a rerun resumes every one
+and `--executor ray` scales them out. Only when every sub-run finished every unit does it write
+`<out>/summary.json` and `<out>/report.html`. A sub-run with failed units stops the audit (exit 1, no
+report; an earlier one is removed first). `--llms A,B`: once per probe model (`audit.sensitivity`).
 """
 from __future__ import annotations
 
@@ -15,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ctrlsim.experiments.audit.config import REPORT, SUMMARY, AuditConfig, build_parser, load_overrides
+from ctrlsim.experiments.audit.sensitivity import across_llms_main
 from ctrlsim.experiments.audit.units import AuditFailedError, run_audit
 from ctrlsim.experiments.config import RunOptions
 
@@ -28,6 +27,8 @@ def audit_main(argv: Sequence[str] | None = None) -> int:
                          ray_address=args.ray_address, replay=args.replay,
                          allow_code_change=args.allow_code_change)
     try:
+        if args.llms is not None:
+            return across_llms_main(config, args.llms, options, args.llm)
         summary = run_audit(config, options)
     except AuditFailedError as exc:
         from ctrlsim.redact import redact_secrets
@@ -41,3 +42,4 @@ def audit_main(argv: Sequence[str] | None = None) -> int:
           f"{cost['wall_s']:.0f} s wall, {cost['cpu_s']:.0f} s CPU; the audit in all "
           f"{cost['total_wall_s']:.0f} s wall, {cost['total_cpu_s']:.0f} s CPU)", file=sys.stderr)
     return 0
+

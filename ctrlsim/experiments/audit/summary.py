@@ -105,13 +105,39 @@ def ctrlbench_section(result, config: AuditConfig) -> dict:
     from ctrlsim.experiments import validity_card as VC
 
     validity = {m: c.to_dict() for m, c in VC.cards(records.values()).items()}
-    return {"rounds": rounds, "seeds": list(result.config["seeds"]), "validity": validity,
+    return {"pass_k": pass_k_section(result), "rounds": rounds, "seeds": list(result.config["seeds"]),
+            "validity": validity,
             "targets": list(result.config["targets"]),
             "agents": list(result.config["agents"]), "allow_search": bool(result.config["allow_search"]),
             "methods": list(result.config["methods"]), "boxes": list(result.config["recommenders"]),
             "coverage": coverage, "coverage_by_round": by_round, "efficiency": efficiency,
             "popularity": popularity, "profile_accuracy": accuracy, "cost": cost,
             "box_comparison": box_comparison(cells, config)}
+
+
+def pass_k_section(result) -> dict:
+    """Per box and method, ctrlbench's pass^k of control (its success rule and threshold: Coverage
+    at the last round): pass^k for k = 1..n with bootstrap bounds over targets, and the cliff."""
+    from ctrlsim.metrics.passk import pass_k_curve, success_flags
+
+    threshold = result.context.config.success_threshold
+    tries = ((((r["recommender"], r["method"]), r["target"]), r["seed"],
+              r["curves"]["coverage"][-1] if r["curves"]["coverage"] else 0.0)
+             for r in result.records_by_key.values())
+    flags = success_flags(tries, threshold)
+    cells: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(dict)
+    for (cell, target), seen in flags.items():
+        cells[cell][target] = seen
+    out: dict[str, dict] = {}
+    for (box, method), tasks in sorted(cells.items()):
+        curve = pass_k_curve(tasks)
+        out.setdefault(box, {})[method] = {
+            "threshold": threshold, "tasks": curve.tasks, "tries": curve.trials,
+            "values": {str(k): v for k, v in curve.values.items()},
+            "low": {str(k): v for k, v in curve.low.items()},
+            "high": {str(k): v for k, v in curve.high.items()},
+            "cliff": curve.cliff}
+    return out
 
 
 def box_comparison(cells: Mapping[tuple[str, str], list[dict]], config: AuditConfig) -> list[dict]:
@@ -152,7 +178,8 @@ def calibration_section(result, boxes: Sequence[str] = ()) -> dict:
     for box, by_method in section["placement"].items():
         shown = shown_box(box, boxes)
         for method, cell in by_method.items():
-            words = placement_words(section["protocol"], shown, method, cell["text"], cell["lambda"])
+            words = placement_words(section["protocol"], shown, method, cell["text"], cell["lambda"],
+                                    seeds=len(section.get("seeds") or ()) or None)
             placement[shown][method] = {**cell, "words": words}
     section["placement"] = dict(placement)
     return section

@@ -4,6 +4,7 @@ Pure functions of the summary's numbers (no I/O), so the words always say what t
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 LABELS = {"base-small": "the LLM probes (Base-Small)", "oracle": "the oracle probe (upper bound)",
@@ -25,8 +26,37 @@ def _ci(e: Mapping[str, Any], digits: int = 2, unit: str = "") -> str:
     return f"{value} (95% CI {e['low']:.{digits}f} to {e['high']:.{digits}f}{unit})"
 
 
-def placement_words(protocol: str, box: str, method: str, text: str, lam: float | None) -> str:
-    """One plain sentence for a box's place on the lambda scale, for one probe method."""
+# The placement interval (in lambda) an audit aims for per probe: a scripted reference (the oracle,
+# template edits, PromptShift's rerankers) costs milliseconds a unit, so it can afford the seeds for
+# a quarter of the dial; an LLM probe half.
+SCRIPTED_REFERENCES = ("oracle", "random", "template", "stronger", "weaker", "b0", "b1", "b2", "b3")
+WANTED_WIDTH = {method: 0.25 for method in SCRIPTED_REFERENCES}
+WANTED_WIDTH_LLM = 0.5
+
+
+def precision_words(method: str, interval: str, seeds: int | None) -> str:
+    """Whether a placement interval is as narrow as the audit aims for, with the numbers, and how
+    many seeds would get there where it is not (width shrinks about as 1 / sqrt(seeds))."""
+    wanted = WANTED_WIDTH.get(method, WANTED_WIDTH_LLM)
+    if "no overlap" in interval:
+        return "; the intervals do not overlap, so the placement is resolved"
+    if not interval.startswith("["):
+        return ""
+    low, high = (float(x) for x in interval.strip("[]").split(","))
+    width = high - low
+    if width <= wanted:
+        return f"; interval width {width:.2f} <= {wanted:g}, as precise as the audit aims for"
+    more = ""
+    if seeds:
+        needed = math.ceil(seeds * (width / wanted) ** 2)
+        more = f"; about {needed} seeds instead of {seeds} would narrow it to {wanted:g}"
+    return f"; interval width {width:.2f} > {wanted:g} wanted: not reachable at this size{more}"
+
+
+def placement_words(protocol: str, box: str, method: str, text: str, lam: float | None,
+                    seeds: int | None = None) -> str:
+    """One plain sentence for a box's place on the lambda scale, for one probe method, with whether
+    its interval is as narrow as the audit aims for (`WANTED_WIDTH`)."""
     who = LABELS.get(method, method)
     if text.startswith("no scale"):
         return (f"{who} could not tell a box that ignores the user from one that follows it, so they "
@@ -37,16 +67,33 @@ def placement_words(protocol: str, box: str, method: str, text: str, lam: float 
         low, high = (float(x) for x in interval.strip("[]").split(","))
         if high - low >= 0.9:
             vague = "; the interval spans the whole scale, so this placement says little"
+    precise = precision_words(method, interval, seeds)
     if text.startswith("below"):
         return (f"to {who}, {box} responded less than a reference box that ignores the user "
-                f"(below lambda = 0; interval {interval}{vague})")
+                f"(below lambda = 0; interval {interval}{vague}{precise})")
     if text.startswith("above"):
-        return f"to {who}, {box} responded more than the most controllable reference box ({text})"
+        return f"to {who}, {box} responded more than the most controllable reference box ({text}{precise})"
     if lam is None:
         return f"to {who}, {box}: {text}"
     amount = f"about {lam:.0%}" if lam >= 0.05 else "almost none (under 5%)"
     how = WHAT.get(protocol, "follows the user {amount}").format(amount=amount)
-    return f"to {who}, {box} responded like a reference box that {how} (lambda {text}{vague})"
+    return f"to {who}, {box} responded like a reference box that {how} (lambda {text}{vague}{precise})"
+
+
+def whole_dial_words(cal: Mapping[str, Any], method: str) -> str:
+    """The whole-dial step of a method that resolved nothing, in numbers: its metric at both ends of
+    the grid with intervals, and the step test's p over how many paired observations."""
+    metric = cal["metrics"][0]
+    curve = cal["curves"][method][metric]
+    estimates = curve["estimates"]
+    steps = cal["resolution"][method][metric]["steps"]
+    if len(estimates) < 2 or not steps:
+        return f"{method}: too few dial points measured"
+    whole = max(steps, key=lambda step: step["delta"])
+    first, last = curve["lambda"][0], curve["lambda"][-1]
+    return (f"{method}: {metric} {_ci(estimates[0], _digits(estimates[0]))} at lambda {first:g} and "
+            f"{_ci(estimates[-1], _digits(estimates[-1]))} at lambda {last:g}; the paired test of that whole "
+            f"step gave p = {whole['max_p']:.2g} over {estimates[0].get('n')} observations per lambda")
 
 
 def _digits(e: Mapping[str, Any]) -> int:
@@ -217,7 +264,8 @@ def caveats(summary: Mapping[str, Any], small_llms: Sequence[str]) -> list[str]:
         unresolved = [m for m in cal["methods"] if cal["resolution"][m][cal["metrics"][0]]["value"] is None]
         if unresolved:
             out.append(f"{name}: {', '.join(unresolved)} did not resolve the dial (no lambda step told "
-                       "apart at p < 0.05): their numbers describe the probes, not the box.")
+                       "apart at p < 0.05): their numbers describe the probes, not the box. Why, in numbers: "
+                       + "; ".join(whole_dial_words(cal, m) for m in unresolved) + ".")
         known = cal.get("known_answers") or {}
         broken = [row for row in known.get("rows", []) if row and row[-1] == "NO"]
         if broken:
@@ -230,3 +278,79 @@ def caveats(summary: Mapping[str, Any], small_llms: Sequence[str]) -> list[str]:
                 out.append(f"SteerEval {cond}: {cell['edit_problems']} of {cell['scenarios']} edits were "
                            "refused or misread by the LLM.")
     return out
+
+
+# ----------------------------------------------------------------------------- several probe models
+
+def placement_interval(text: str) -> tuple[float, float] | None:
+    """The lambda interval of a placement's text ("0.37 [0.25, 0.50]", "below lambda = 0 [0.00, 0.20]"),
+    None where it has none ("no scale: ...", "[no overlap]", "-")."""
+    import re
+
+    found = re.search(r"\[(-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\]", text or "")
+    return (float(found.group(1)), float(found.group(2))) if found else None
+
+
+def placement_agreement(box: str, method: str, by_model: Mapping[str, Mapping[str, Any]]) -> dict:
+    """Whether `box`'s place on the lambda scale depends on which model played the user, for one probe
+    method: `by_model[model]` = that model's placement (`text`, `lambda`). Returns {"verdict", "words"}:
+    "depends" (two models' intervals do not overlap), "agree" (every pair overlaps), or "unknown"
+    (fewer than two models placed the box)."""
+    who = LABELS.get(method, method)
+    placed = {m: placement_interval(p.get("text", "")) for m, p in by_model.items()}
+    where = "; ".join(f"{m}: {by_model[m].get('text', '-')}" for m in by_model)
+    intervals = {m: i for m, i in placed.items() if i is not None}
+    head = f"Placement of {box} by {who}"
+    if len(intervals) < 2:
+        return {"verdict": "unknown",
+                "words": f"{head}: whether it depends on the probe model cannot be said, as fewer than two "
+                         f"models placed it on the scale ({where})"}
+    unplaced = [m for m in placed if m not in intervals]
+    missing = f"; {', '.join(unplaced)} placed it nowhere (no scale or no interval)" if unplaced else ""
+    names = list(intervals)
+    apart = [(a, b) for n, a in enumerate(names) for b in names[n + 1:]
+             if intervals[a][1] < intervals[b][0] or intervals[b][1] < intervals[a][0]]
+    if apart:
+        pairs = ", ".join(f"{a} and {b}" for a, b in apart)
+        return {"verdict": "depends",
+                "words": f"{head}: it depends on which model played the user; the lambda intervals of "
+                         f"{pairs} do not overlap ({where}){missing}"}
+    return {"verdict": "agree",
+            "words": f"{head}: the models' placements agree within their intervals ({where}); overlapping "
+                     f"intervals are no proof that they place it alike{missing}"}
+
+
+SCRIPTED_PLACEMENT = ("does not use the probe model (identical scores under every model), so its placement "
+                      "is the same under every model by construction: no evidence either way")
+
+
+def sensitivity_lines(name: str, analysis: Mapping[str, Any]) -> list[str]:
+    """One line per method of a sub-run's probe-model sensitivity analysis (`sensitivity.report`)."""
+    lines = []
+    unit = " points" if analysis.get("share") else ""
+    scale = 100.0 if analysis.get("share") else 1.0
+    for method, e in analysis["methods"].items():
+        who = LABELS.get(method, method)
+        if e.get("g_coefficient") is not None or "components" in e:
+            shares = e["shares"]
+            model_share = (shares.get("probe model") or 0) + (shares.get("box x probe model") or 0)
+            lines.append(f"{name}, {who}: the box ranking's E rho^2 = {_opt(e['g_coefficient'])}, Kendall's "
+                         f"W across probe models = {_opt(e['kendalls_w'])}, {len(e['flips'])} box pair(s) "
+                         f"flip between models; the probe model and its interaction with the box hold "
+                         f"{model_share:.0%} of the score variance.")
+        for p in e.get("paired", []):
+            diff = {k: None if p["difference"].get(k) is None else p["difference"][k] * scale
+                    for k in ("value", "low", "high")}
+            lines.append(f"{name}, {who} on {p['box']}: {p['model']} minus {p['reference']}: "
+                         f"{_ci(diff, 2, unit)}, Wilcoxon p = {_opt(p['p_wilcoxon'], 3)} over {p['n']} "
+                         "paired observation(s).")
+    scripted = list(analysis.get("scripted", {}))
+    if scripted:
+        who = ", ".join(LABELS.get(m, m) for m in scripted)
+        lines.append(f"{name}: {who} gave identical scores under every probe model (they do not use it): no "
+                     "evidence either way about the model's effect.")
+    return lines
+
+
+def _opt(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"

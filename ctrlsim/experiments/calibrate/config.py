@@ -36,6 +36,7 @@ from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_T
 from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM, SMALLEST_LLM
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
+    DEFAULT_SUCCESS,
     MAX_AGENTS,
     MAX_ITEMS,
     MAX_ROUNDS,
@@ -89,6 +90,9 @@ class CalibrateConfig:
                            "(`ctrlsim ctrlbench --help`)", choices=DECISION_HEADS)
     decision_threshold: float = option(DEFAULT_THRESHOLD, "P(yes) at or above which a question head likes "
                                        "an item, in (0, 1)")
+    success_threshold: float = option(DEFAULT_SUCCESS, "(ctrlbench) Coverage share at the last round at or "
+                                      "above which an episode succeeds, for pass^k (changes tables, not "
+                                      "records)", low=0.0, high=1.0, omit_default=True)
     cache: bool = option(True, "keep LLM replies and personas in the run's response cache (the run folder, "
                          "and --shared-cache where given; replays are free)")
 

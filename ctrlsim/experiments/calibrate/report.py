@@ -70,7 +70,8 @@ def score_rows(config, records: Mapping[str, dict]):
                        "share": metric in shares}
 
 
-SCORES = Scores(rows=score_rows, headline=lambda config: config.metrics[0])
+SCORES = Scores(rows=score_rows, headline=lambda config: config.metrics[0],
+                reference=lambda config: config.all_methods[0])
 
 
 def curve(config, obs, method: str, metric: str) -> dict[float, dict[str, float]]:
@@ -320,9 +321,11 @@ def render_tables(config, records: Mapping[str, dict]) -> list[Block]:
             f"dataset {config.dataset}; methods {', '.join(config.all_methods)}; dial boxes "
             f"{config.dial_box(0).split(':')[0]}:<lambda> ({options}); lambda grid "
             f"{', '.join(map(format_lambda, config.grid))}; seeds {', '.join(map(str, config.seeds))}.",
-            "Each cell: mean ± half-width of the 95% confidence interval over the observations "
-            "(ctrlbench: episodes; steereval: scenarios; promptshift: users x scenarios). Steps are paired "
-            f"tests over the same observations, told apart at p < {ALPHA}."]
+            "Each cell: the mean over the observations (ctrlbench: episodes; steereval: scenarios; "
+            "promptshift: users x scenarios) with its 95% confidence interval: [low, high] bounds of a "
+            "bootstrap interval for a share (it stays in the metric's range), mean ± half-width of a t "
+            "interval otherwise (docs/statistics.md). Steps are paired tests over the same observations, "
+            f"told apart at p < {ALPHA}."]
     blocks: list[Block] = [Text("\n".join(head))]
     episodes = [e for r in records.values() for e in r.get("episodes_validity", [])]
     from ctrlsim.experiments import validity_card as VC
@@ -331,6 +334,10 @@ def render_tables(config, records: Mapping[str, dict]) -> list[Block]:
     names = {m: f"{m} {VC.FAIL_MARK}" for m, c in found.items() if c.has_check and not c.passes}
     blocks += [metric_table(config, obs, metric, names) for metric in config.metrics]
     blocks += [known_table(config, records, obs, names), resolution_table(config, obs, names)]
+    if config.protocol == "ctrlbench":
+        from ctrlsim.experiments.calibrate.reliability import pass_k_table
+
+        blocks.append(pass_k_table(config, obs, records, names))
     if config.compare:
         blocks.append(compare_table(config, obs, names))
     blocks.append(cost_table(config, records, names))

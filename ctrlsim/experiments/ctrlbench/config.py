@@ -34,6 +34,7 @@ from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_T
 from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM, SMALLEST_LLM
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
+    DEFAULT_SUCCESS,
     MAX_AGENTS,
     MAX_ITEMS,
     MAX_ROUNDS,
@@ -78,10 +79,6 @@ PRESETS = {"paper": PAPER_PRESET, "smoke": SMOKE_PRESET}
 
 
 
-# An episode succeeds when it found at least 5% of its target's items by the last round: a bar the
-# oracle probe clears on a box that follows its likes at the default sizes (4 rounds of 3 items,
-# War+Film-Noir), and the random probe rarely does (docs/statistics.md, "pass^k").
-DEFAULT_SUCCESS = 0.05
 
 
 @dataclass(frozen=True)

@@ -7,33 +7,32 @@ bootstrap interval over tasks; the cliff pass^1 - pass^n is how much of the succ
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Mapping
 
 from ctrlsim.experiments.ctrlbench.tables import method_labels
 from ctrlsim.experiments.scores import Scores
 from ctrlsim.experiments.tables import Table
-from ctrlsim.metrics.passk import pass_k_curve
+from ctrlsim.metrics.passk import pass_k_curve, shown_ks, success_flags
 
 
 def outcomes(config, records: Mapping[str, dict]) -> dict[tuple[str, str], dict[str, list[bool]]]:
     """(box, method) -> target -> success flag per seed, in seed order."""
-    found: dict[tuple[str, str], dict[str, list[tuple[int, bool]]]] = defaultdict(lambda: defaultdict(list))
-    for record in records.values():
-        curve = record["curves"]["coverage"]
-        reached = bool(curve) and curve[-1] >= config.success_threshold
-        found[(record["recommender"], record["method"])][record["target"]].append((record["seed"], reached))
-    return {cell: {target: [ok for _, ok in sorted(tries)] for target, tries in by_target.items()}
-            for cell, by_target in found.items()}
+    tries = ((((r["recommender"], r["method"]), r["target"]), r["seed"],
+              r["curves"]["coverage"][-1] if r["curves"]["coverage"] else 0.0)
+             for r in records.values())
+    flags = success_flags(tries, config.success_threshold)
+    out: dict[tuple[str, str], dict[str, list[bool]]] = {}
+    for (cell, target), seen in flags.items():
+        out.setdefault(cell, {})[target] = seen
+    return out
 
 
 def pass_k_table(config, records: Mapping[str, dict]) -> Table:
     """pass^k for k = 1..seeds per box x method, with intervals and the cliff."""
     labels = method_labels(records)
     cells = outcomes(config, records)
-    width = len(config.seeds)
-    header = ["Black-Box", "Method", "tasks", "tries"] + [f"pass^{k}" for k in range(1, width + 1)] + \
-        ["cliff pass^1 - pass^n"]
+    ks = shown_ks(len(config.seeds))
+    header = ["Black-Box", "Method", "tasks", "tries"] + [f"pass^{k}" for k in ks] + ["cliff pass^1 - pass^n"]
     rows = []
     for box in config.recommenders:
         for method in config.all_methods:
@@ -42,7 +41,7 @@ def pass_k_table(config, records: Mapping[str, dict]) -> Table:
                 continue
             curve = pass_k_curve(tasks)
             row = [box, labels.get(method, method), curve.tasks, curve.trials]
-            for k in range(1, width + 1):
+            for k in ks:
                 row.append(f"{curve.values[k]:.2f} [{curve.low[k]:.2f}, {curve.high[k]:.2f}]"
                            if k in curve.values and curve.tasks > 1 else
                            f"{curve.values[k]:.2f}" if k in curve.values else "-")
@@ -67,4 +66,5 @@ def score_rows(config, records: Mapping[str, dict]):
                "metric": "coverage", "value": curve[-1] if curve else 0.0, "share": True}
 
 
-SCORES = Scores(rows=score_rows, headline=lambda config: "coverage")
+SCORES = Scores(rows=score_rows, headline=lambda config: "coverage",
+                reference=lambda config: config.reference_method)

@@ -13,8 +13,9 @@ import numpy as np
 
 from ctrlsim.experiments.config import config_to_dict
 from ctrlsim.experiments.promptshift.config import PromptShiftConfig
-from ctrlsim.experiments.promptshift.units import check, generated_list, make_engine
+from ctrlsim.experiments.promptshift.units import build_data, check, generated_list, make_engine
 from ctrlsim.experiments.runner import RunContext
+from ctrlsim.experiments.scores import Scores
 from ctrlsim.experiments.tables import Block, Table, Text
 from ctrlsim.experiments.usage import total_tokens
 from ctrlsim.metrics import paired_t_test
@@ -196,10 +197,9 @@ __all__ = ["DATASET_LABELS", "VARIANT_LABELS", "figures", "format_tables", "macr
            "summarise"]
 
 
-def compute_summary(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequence[str],
-                    records: Mapping[str, dict], choices: dict) -> dict:
-    """Selection on validation, then test metrics, for every LLM with stored lists."""
-    settings = []
+def tested(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequence[str], records: Mapping[str, dict]):
+    """(LLM, its users with stored lists, test records, selection) per LLM with stored lists: the
+    matching threshold and B3's parameters frozen on validation, then the test positives read once."""
     for name in cfg.llms:
         done = [u for u in users if f"{name}/{u}" in records]
         if not done:
@@ -208,11 +208,40 @@ def compute_summary(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequen
         for u in done:
             for d in records[f"{name}/{u}"]["lists"]:
                 engine.preload(u, generated_list(d))
+        test, selection = validate_then_test(engine, done, match_threshold=cfg.match_threshold,
+                                             select_b3=cfg.select_on_validation)
+        yield name, done, test, selection
+
+
+def score_rows(cfg: PromptShiftConfig, records: Mapping[str, dict]):
+    """Drift (a share) and SliceShift of every reranking B0-B3 (methods `b0`-`b3`, as calibrate names
+    them) per (LLM, user, scenario) on the test positives, as score rows (`ctrlsim.experiments.scores`);
+    the box is the LLM, the observation `seed=N/<user>/<scenario>` (as calibrate names it)."""
+    from ctrlsim.recommenders.promptshift.data import sample_users
+
+    data = build_data(cfg)
+    for name, _, test, _ in tested(cfg, data, sample_users(data, cfg.users, cfg.seed), records):
+        for r in test:
+            for variant in VARIANTS:
+                for metric, share in (("drift", True), ("slice_shift", False)):
+                    yield {"key": f"{name}/{r['user']}", "method": variant.lower(), "box": name,
+                           "observation": f"seed={cfg.seed}/{r['user']}/{r['scenario']}", "seed": cfg.seed,
+                           "metric": metric, "value": float(r["metrics"][variant][metric]), "share": share}
+
+
+# The LLM is the box itself (its lists are what is measured): no separate probe model to vary.
+SCORES = Scores(rows=score_rows, headline=lambda config: "drift", probe_llm_field=None,
+                reference=lambda config: "b0")
+
+
+def compute_summary(cfg: PromptShiftConfig, data: PromptShiftData, users: Sequence[str],
+                    records: Mapping[str, dict], choices: dict) -> dict:
+    """Selection on validation, then test metrics, for every LLM with stored lists."""
+    settings = []
+    for name, done, test, selection in tested(cfg, data, users, records):
         usage = total_tokens(records[f"{name}/{u}"] for u in done)  # a list whose counts are null: unknown
         tokens = {"prompt_tokens": usage.prompt, "completion_tokens": usage.completion,
                   **({"unknown_lists": usage.unknown_calls} if usage.unknown_calls else {})}
-        test, selection = validate_then_test(engine, done, match_threshold=cfg.match_threshold,
-                                             select_b3=cfg.select_on_validation)
         identity = records[f"{name}/{done[0]}"].get("llm", {"spec": name})
         settings.append(summarise(data.dataset.name, name, identity, test, cfg.k, cfg.scenarios, selection,
                                   tokens))

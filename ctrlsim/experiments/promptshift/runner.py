@@ -11,5 +11,5 @@ RUNNER = Runner(name="promptshift", config_cls=config.PromptShiftConfig,
                 extensible=("config.llms",), llm_fields=("llms",), dial_fields=("llms",),
                 record_fields=("user", "lists"), default_out="results/promptshift", unit_name="users",
                 summary=report.run_summary, observation=observe.OBSERVATION,
-                presets=config.PRESETS)
+                presets=config.PRESETS, scores=report.SCORES)
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ctrlsim.experiments.config import config_from_dict, config_to_dict
 from ctrlsim.experiments.runner import RunContext
+from ctrlsim.experiments.scores import Scores
 from ctrlsim.experiments.steereval.config import RECORD_FIELDS, SteerEvalConfig
 from ctrlsim.experiments.steereval.units import CONDITIONS, LLM_WRITTEN, plan
 from ctrlsim.experiments.tables import Block, Table, Text, blocks_from_json, render_markdown, tables_json
@@ -229,6 +230,29 @@ def write_figures(folder, records: list[dict]) -> None:
         ax.set_title(f"SteerEval ΔAUC_t per {groups}")
         ax.legend()
         folder.save_figure(fig, name)
+
+
+# ----------------------------------------------------------------------------- score rows
+
+def score_rows(config: SteerEvalConfig, records):
+    """Each episode's signed Delta-AUC_t (its reward) as a score row (`ctrlsim.experiments.scores`):
+    the method is its condition, the box the condition's ranker (`llm` or `embedding`, as calibrate
+    names SteerEval's boxes), the observation its scenario under the run's seed."""
+    for key, record in records.items():
+        yield {"key": key, "method": record["condition"], "box": CONDITIONS[record["condition"]].ranker,
+               "observation": f"seed={config.seed}/{record['user']}/{record['tag']}/{record['direction']}",
+               "seed": config.seed, "metric": "delta_auc", "value": float(record["reward"]), "share": False}
+
+
+# The LLM both writes the edits and scores the items (the box's own model), so there is no separate
+# probe model for a sensitivity analysis to vary.
+def reference_condition(config: SteerEvalConfig) -> str:
+    """The condition every other one is compared with: `default` where it ran."""
+    return "default" if "default" in config.conditions else config.conditions[0]
+
+
+SCORES = Scores(rows=score_rows, headline=lambda config: "delta_auc", probe_llm_field=None,
+                reference=reference_condition)
 
 
 # ----------------------------------------------------------------------------- driver hooks

@@ -10,5 +10,5 @@ RUNNER = Runner(name="steereval", config_cls=config.SteerEvalConfig, description
                 extensible=("conditions",), llm_fields=("llm",), encoder_fields=("encoder",),
                 default_out=config.DEFAULT_OUT, unit_name="episodes", record_fields=config.RECORD_FIELDS,
                 summary=report.run_result, observation=observe.OBSERVATION,
-                presets=config.PRESETS)
+                presets=config.PRESETS, scores=report.SCORES)
 

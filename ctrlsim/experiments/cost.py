@@ -1,0 +1,138 @@
+"""What a run's units cost, measured, and what the units still to run will cost, estimated.
+
+The driver times each stored unit (wall seconds from the previous record's arrival, or from the
+wave's start: a unit's share of the run as the executor ran it, model loading included in the
+first) and appends it to the run folder's `unit-seconds.jsonl`. When a run ends it adds one line
+to `$CTRLSIM_CACHE/unit-seconds.jsonl`: the runner, a signature of its config without the fields
+that only add units (seeds, methods, boxes), and the median seconds per unit. Before any model
+loads, the driver prints the planned units and an estimate of their cost from (first found)
+
+1. this folder's own measured units (a resumed or extended run),
+2. earlier runs of the same runner and signature on this machine (the cache's log),
+
+or says that no unit of such a run was measured yet. Nothing here changes a record: costs are
+measurements of the machine, kept apart from results.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+FOLDER_LOG = "unit-seconds.jsonl"
+CACHE_LOG = "unit-seconds.jsonl"
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """Seconds per unit (median of `measured` units) and where the figure comes from."""
+
+    seconds_per_unit: float | None
+    measured: int
+    source: str
+
+    def total(self, units: int) -> float | None:
+        return None if self.seconds_per_unit is None else self.seconds_per_unit * units
+
+
+def signature(identity: Mapping, extensible: Iterable[str]) -> str:
+    """A digest of a config without its extensible fields: runs that differ only in how many seeds,
+    methods or boxes they hold have units of the same kind."""
+    kept = {k: v for k, v in identity.items() if k not in set(extensible)}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _read_lines(path: Path) -> list[dict]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a crash: the others still count
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def folder_seconds(folder: Path, finished: Iterable[str]) -> dict[str, float]:
+    """Measured seconds of the finished units of a run folder (unit key -> seconds)."""
+    keep = set(finished)
+    return {row["key"]: float(row["seconds"]) for row in _read_lines(folder / FOLDER_LOG)
+            if row.get("key") in keep and isinstance(row.get("seconds"), (int, float))}
+
+
+def record_unit(folder: Path, key: str, seconds: float) -> None:
+    with (folder / FOLDER_LOG).open("a", encoding="utf-8") as log:
+        log.write(json.dumps({"key": key, "seconds": round(seconds, 3)}) + "\n")
+
+
+def _cache_root() -> Path | None:
+    from ctrlsim.backends.bundled import cache_root
+
+    try:
+        return cache_root()
+    except (OSError, RuntimeError):  # no home folder to default to
+        return None
+
+
+def record_run(runner: str, sig: str, seconds: Iterable[float]) -> None:
+    """One line in the machine's log: this run's median seconds per unit (nothing when none ran).
+    Only into a cache folder that exists and is writable: a run that keeps nothing in the cache
+    never creates it, and a lost line costs an estimate, never a result."""
+    import os
+
+    values = list(seconds)
+    root = _cache_root()
+    if not values or root is None or not root.is_dir() or not os.access(root, os.W_OK):
+        return
+    row = {"runner": runner, "signature": sig, "seconds_per_unit": round(statistics.median(values), 3),
+           "units": len(values), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        with (root / CACHE_LOG).open("a", encoding="utf-8") as log:
+            log.write(json.dumps(row) + "\n")
+    except OSError:
+        return
+
+
+def estimate(runner: str, sig: str, folder: Path | None, finished: Iterable[str]) -> CostEstimate:
+    """Seconds per unit from this folder's measured units, else from the machine's log."""
+    if folder is not None:
+        own = folder_seconds(folder, finished)
+        if own:
+            return CostEstimate(statistics.median(own.values()), len(own), "this folder's finished units")
+    root = _cache_root()
+    rows = [] if root is None else [r for r in _read_lines(root / CACHE_LOG)
+                                    if r.get("runner") == runner and r.get("signature") == sig]
+    if rows:
+        per_unit = [float(r["seconds_per_unit"]) for r in rows[-5:]]
+        units = sum(int(r.get("units", 0)) for r in rows[-5:])
+        return CostEstimate(statistics.median(per_unit), units, "earlier runs of this config on this machine")
+    return CostEstimate(None, 0, "no unit of such a run was measured on this machine yet")
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plan_line(runner: str, unit_name: str, planned: int, finished: int, est: CostEstimate) -> str:
+    """The line a run prints before any model loads: its units and what they will cost."""
+    todo = planned - finished
+    head = f"{runner}: {planned} {unit_name} planned, {finished} finished, {todo} to run"
+    if todo == 0:
+        return head
+    if est.seconds_per_unit is None:
+        return f"{head}; cost unknown ({est.source})"
+    return (f"{head}; estimated {format_duration(est.total(todo) or 0.0)} "
+            f"({est.seconds_per_unit:.1f} s per unit, median of {est.measured} measured: {est.source})")
