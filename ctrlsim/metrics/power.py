@@ -14,21 +14,26 @@ import math
 from ctrlsim.errors import ConfigError
 
 
-def paired_power(delta: float, sd: float, n: int, alpha: float = 0.05) -> float:
-    """Power of the two-sided paired t test on n pairs for a true mean difference `delta`."""
+def paired_power(delta: float, sd: float, n: int, alpha: float = 0.05, *, two_sided: bool = True) -> float:
+    """Power of the paired t test on n pairs for a true mean difference `delta` (two-sided, or
+    one-sided in the direction of `delta`)."""
     from scipy.stats import nct, t
 
     df = n - 1
-    critical = t.ppf(1 - alpha / 2, df)
+    critical = t.ppf(1 - alpha / 2, df) if two_sided else t.ppf(1 - alpha, df)
     noncentrality = delta * math.sqrt(n) / sd
-    power = float(nct.sf(critical, df, noncentrality) + nct.cdf(-critical, df, noncentrality))
+    power = float(nct.sf(critical, df, noncentrality))
+    if two_sided:
+        power += float(nct.cdf(-critical, df, noncentrality))
     # scipy's noncentral t gives NaN far in the tail (noncentrality in the tens): power is 1 there
     return 1.0 if math.isnan(power) else power
 
 
-def minimum_detectable_effect(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
-    """The MDE of a paired t test (see the module docstring); NaN when n < 2 or sd is undefined, 0
-    when the differences do not vary."""
+def minimum_detectable_effect(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8,
+                              two_sided: bool = True) -> float:
+    """The MDE of a paired t test (see the module docstring; `two_sided=False` for a one-tailed test
+    such as SteerEval's and PromptShift's); NaN when n < 2 or sd is undefined, 0 when the
+    differences do not vary."""
     from scipy.optimize import brentq
 
     if not 0 < alpha < 1 or not 0 < power < 1:
@@ -39,10 +44,12 @@ def minimum_detectable_effect(sd: float, n: int, *, alpha: float = 0.05, power: 
         return 0.0
     from scipy.stats import norm
 
-    upper = (norm.ppf(1 - alpha / 2) + norm.ppf(power)) * sd / math.sqrt(n)  # the normal approximation
-    while paired_power(upper, sd, n, alpha) < power:
+    z_alpha = norm.ppf(1 - alpha / 2) if two_sided else norm.ppf(1 - alpha)
+    upper = (z_alpha + norm.ppf(power)) * sd / math.sqrt(n)  # the normal approximation
+    while paired_power(upper, sd, n, alpha, two_sided=two_sided) < power:
         upper *= 2
-    return float(brentq(lambda d: paired_power(d, sd, n, alpha) - power, 0.0, upper, xtol=1e-10 * sd))
+    return float(brentq(lambda d: paired_power(d, sd, n, alpha, two_sided=two_sided) - power, 0.0, upper,
+                        xtol=1e-10 * sd))
 
 
 __all__ = ["minimum_detectable_effect", "paired_power"]

@@ -24,6 +24,9 @@ class TTest:
     p: float
     n: int
     alternative: str
+    # The smallest true mean difference this test would find 80% of the time at p < 0.05, given the
+    # spread of these differences (`metrics.power`); NaN with fewer than two differences.
+    mde: float = float("nan")
 
     @property
     def defined(self) -> bool:
@@ -54,7 +57,8 @@ def paired_t_test(after: Sequence[float], before: Sequence[float] | None = None,
     diff = diff[~np.isnan(diff)]
     mean = float(diff.mean()) if diff.size else float("nan")
     if diff.size < 2 or np.all(diff == diff[0]):
-        return TTest(mean, float("nan"), float("nan"), int(diff.size), alternative)
+        return TTest(mean, float("nan"), float("nan"), int(diff.size), alternative,
+                     0.0 if diff.size >= 2 else float("nan"))
     from scipy.special import stdtr  # Student t CDF; lazy, see the module docstring
 
     n = diff.size
@@ -68,7 +72,8 @@ def paired_t_test(after: Sequence[float], before: Sequence[float] | None = None,
         p = stdtr(n - 1, t)
     else:
         p = 2.0 * stdtr(n - 1, -abs(t))
-    return TTest(mean, t, float(p), int(n), alternative)
+    mde = minimum_detectable_effect(float(np.sqrt(var)), int(n), two_sided=alternative == "two-sided")
+    return TTest(mean, t, float(p), int(n), alternative, mde)
 
 
 def format_test(test: TTest, alpha: float = 0.05) -> str:
@@ -229,7 +234,7 @@ def step_test(high: Sequence[float], low: Sequence[float]) -> TTest:
     if test.defined or test.n == 0:
         return test
     p = 1.0 if test.mean == 0 else min(1.0, 2.0 * 0.5 ** test.n)
-    return TTest(test.mean, float("nan"), p, test.n, "two-sided")
+    return TTest(test.mean, float("nan"), p, test.n, "two-sided", test.mde)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,9 @@ SUBRUN_PROTOCOLS = {"ctrlbench": "ctrlbench", "calibrate-ctrlbench": "calibrate"
 
 # Per size: the fields of each sub-run's config (flags given with --set override them).
 _SMALL: dict[str, dict[str, Any]] = {
-    "ctrlbench": {"methods": PROBE_METHODS, "agents": (2, 1), "rounds": 4, "seeds": (0, 1, 2),
+    # Six seeds: the fewest with which a paired step test can reach p < 0.05 (the exact sign test's
+    # smallest p is 2 / 2^n: 0.25 with three), so the LLM probe can resolve the dial and place the box.
+    "ctrlbench": {"methods": PROBE_METHODS, "agents": (2, 1), "rounds": 4, "seeds": (0, 1, 2, 3, 4, 5),
                   "targets": ("War+Film-Noir",), "task": "profile-shaping"},
     "calibrate-ctrlbench": {"protocol": "ctrlbench", "methods": PROBE_METHODS, "dials": (0.0, 0.5, 1.0)},
     "steereval": {"tags": ("Comedy", "Action"), "users": 2, "pool_size": 60, "seed": 0},

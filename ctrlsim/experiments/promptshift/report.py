@@ -135,10 +135,13 @@ def format_tables(result: Mapping) -> list[Block]:
     out.append(Table.of(f"Table 6: Macro means across {len(result['settings'])} dataset-model setting(s)",
                         rows6, ["Method", "", *heads], level=0))
     sig = [[s["model"], name, _f(t["mean"]), _f(t["t"]), _f(t["p"]), t["n"],
-            "undefined" if t["p"] != t["p"] else ("yes" if t["p"] < 0.05 else "no")]
+            "undefined" if t["p"] != t["p"] else ("yes" if t["p"] < 0.05 else "no"), _f(t.get("mde"))]
            for s in result["settings"] for name, t in s["significance"].items()]
     out.append(Table.of("One-tailed paired t-tests (our addition; the paper reports none)", sig,
-                        ["Model", "Test", "Mean diff", "t", "p", "n", "p < 0.05"], level=0))
+                        ["Model", "Test", "Mean diff", "t", "p", "n", "p < 0.05", "MDE (80% power)"], level=0,
+                        after="MDE: the smallest true mean difference the one-tailed test would find 80% of "
+                              "the time at p < 0.05, given the spread of these users' differences "
+                              "(docs/statistics.md)."))
     for s in result["settings"]:
         sel = s["selection"]
         out.append(Text(f"Frozen on validation ({s['model']}): match threshold {sel['match_threshold']}, "

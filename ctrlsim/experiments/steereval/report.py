@@ -75,7 +75,18 @@ def _table(title: str, rows: list[tuple[str, list[dict]]], paper_key: str | None
     body = [[name, _cell(rs, "increase"), _paper(paper_key or "", name, "increase"),
              _cell(rs, "decrease"), _paper(paper_key or "", name, "decrease")] for name, rs in rows]
     head = ["", "Incr. ΔAUC_t (↑)", "paper", "Decr. ΔAUC_t (↓)", "paper"]
-    return Table.of(title, body, head, level=0)
+    return Table.of(title, body, head, level=0, after=_mde_note([rs for _, rs in rows]))
+
+
+def _mde_note(cells: list[list[dict]]) -> str:
+    """The range of the cells' minimum detectable ΔAUC_t (one-tailed, 80% power, p < 0.05)."""
+    mdes = [c.test.mde for rs in cells for d in ("increase", "decrease")
+            if (c := direction_cell(rs, d)) is not None and c.test.mde == c.test.mde]
+    if not mdes:
+        return ""
+    span = f"{min(mdes):.4f}" if min(mdes) == max(mdes) else f"{min(mdes):.4f} to {max(mdes):.4f}"
+    return (f"Minimum detectable ΔAUC_t per cell (the true change its one-tailed paired t test would find "
+            f"80% of the time at p < 0.05, given the cell's spread): {span} (docs/statistics.md).")
 
 
 def kept_trigger_tags(records: list[dict], max_share: float) -> tuple[set[str], set[str]] | None:
