@@ -44,7 +44,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError
@@ -266,6 +266,25 @@ def check_methods(names: Sequence[str]) -> None:
     """Raise `ConfigError` naming any unknown method (before any work starts)."""
     for name in names:
         get_method(name)
+
+
+def method_modules(names: Iterable[str]) -> list[str]:
+    """The modules whose code the registered methods among `names` run, for a run's provenance: the
+    module a `module:attribute` name imported and the module each builder is defined in. Names that
+    are not registered methods are skipped, and nothing is imported."""
+    found: set[str] = set()
+    for name in names:
+        spec = METHODS.get(name) if isinstance(name, str) else None
+        if spec is None:
+            continue
+        if ":" in name and not any(name.startswith(prefix) for prefix in METHOD_PREFIXES):
+            found.add(name.partition(":")[0])
+        build = spec.build
+        module = build.partition(":")[0] if isinstance(build, str) else (
+            getattr(build, "__module__", None) or type(build).__module__)
+        if module:
+            found.add(module)
+    return sorted(found)
 
 
 # ----------------------------------------------------------------------------- builtin methods

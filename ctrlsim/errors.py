@@ -68,6 +68,24 @@ class DataFileError(DataError):
         super().__init__(f"{self.path}: {problem}")
 
 
+class UnsafeArtefactError(DataFileError):
+    """A file ctrlsim was asked to load carries something that would run code when read the usual way
+    (a pickled object in a saved policy, a non-tensor in its weights): ctrlsim never runs it and
+    refuses the file. The message names the file and the entry."""
+
+
+class ReplayLogError(DataFileError):
+    """A recorded exchange log cannot be trusted for a replay (`--replay`): a line was edited,
+    inserted, removed or reordered since it was written (its chain digest no longer follows), or
+    lines carry no digest at all (a log recorded before ctrlsim wrote them). Names the log, the
+    lines and the flag that replays it anyway (`--replay-unverified`, recorded)."""
+
+
+class UnverifiedReplayWarning(UserWarning):
+    """A replay answers from a log that failed its check, because the user allowed it
+    (`--replay-unverified`); the run's provenance records that, and what failed."""
+
+
 class UnknownItemError(DataError, KeyError):
     """An item id is not in the catalogue."""
 
@@ -118,7 +136,10 @@ class ModelNotFoundError(ModelError, LookupError):
 
 class CacheCorruptionWarning(UserWarning):
     """A response or embedding cache file was damaged: it was moved aside (the warning names both
-    paths) and a fresh cache started, so its entries are recomputed instead of failing the run."""
+    paths) and a fresh cache started, so its entries are recomputed instead of failing the run.
+    Also raised for an entry of a sealed cache (parsed datasets, outputs, digest memo;
+    `ctrlsim.cache_seal`) whose seal does not verify, or a cache key others may know. The warning
+    names the entry or key, and the entry is built again from its source."""
 
 
 class CacheLockedError(ConfigError):
@@ -160,6 +181,13 @@ class SlowKernelWarning(UserWarning):
 class DamagedRecordWarning(UserWarning):
     """A line of a run's records.jsonl is not a complete record (hand-edited or damaged): it is
     reported by line and its unit runs again; the line itself is left where it is."""
+
+
+class TornLineWarning(UserWarning):
+    """The last line of an append-only JSON-lines log (provenance, exchanges, costs) was cut short by
+    a kill or a full disk: before the next line is appended, its bytes are moved to a file beside the
+    log (the warning names it) and the log is cut back to its last whole line, so the torn line is
+    never joined to a new one and never turns into a damaged line in the middle of the log."""
 
 
 class LLMOutputError(ModelError, ValueError):
@@ -217,6 +245,11 @@ def is_probe_failure(exc: BaseException) -> bool:
 
 class ExecutorError(CtrlsimError, RuntimeError):
     """An executor could not start or reach its workers (e.g. no Ray cluster at the address)."""
+
+
+class ExposedServiceError(ConfigError):
+    """`ctrlsim serve` was asked to listen on an address other machines can reach without a bearer
+    token (refused before the port is bound); the message names the address and the variable."""
 
 
 class RunLockedError(ConfigError):

@@ -17,10 +17,12 @@ from typing import Any, Callable, Iterator
 @dataclass(frozen=True)
 class ExchangeSettings:
     """Where HTTP boxes append their exchanges (`log`), and the recorded log they answer from
-    (`replay`); both None outside a run."""
+    (`replay`); both None outside a run. `replay_unverified`: the user allowed a replay log that
+    fails its check (`--replay-unverified`)."""
 
     log: str | None = None
     replay: str | None = None
+    replay_unverified: bool = False
 
 
 NO_RUN = ExchangeSettings()  # frozen: the one value outside any run

@@ -189,6 +189,13 @@ def _exact_int(value: Any, where: str) -> int:
     raise InvalidAction(f"{where} must be a whole number, got {value!r}")
 
 
+def likes_action_space(slate_size: int, search_menu: Sequence[str] = ()) -> spaces.Space:
+    """`LikesActions`' action space (a saved policy's network is rebuilt on it)."""
+    if search_menu:
+        return spaces.MultiDiscrete([2] * slate_size + [1 + len(search_menu)])
+    return spaces.MultiBinary(slate_size)
+
+
 class LikesActions(gym.ActionWrapper):
     """Likes-only actions, with an optional discrete search menu (see the module docstring)."""
 
@@ -199,10 +206,7 @@ class LikesActions(gym.ActionWrapper):
         self.search_menu = search_menu_for(engine.dataset, search_menu)
         if self.search_menu and not engine.allow_search:
             raise ConfigError("a search menu needs an env made with allow_search=True")
-        if self.search_menu:
-            self.action_space = spaces.MultiDiscrete([2] * self.slate_size + [1 + len(self.search_menu)])
-        else:
-            self.action_space = spaces.MultiBinary(self.slate_size)
+        self.action_space = likes_action_space(self.slate_size, self.search_menu)
 
     def action(self, action: Any) -> dict[str, Any]:
         values = (

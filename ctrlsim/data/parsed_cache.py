@@ -12,6 +12,12 @@ absent counts too: adding `ml-100k.user` changes the key), the source of the loa
 that cannot be read is damaged: it is removed with a `CacheCorruptionWarning` and the dataset is
 parsed again. A folder that cannot be written only costs the saving (`CacheUnavailableWarning`).
 
+The key says which dataset an entry should hold, not that it holds it: an entry replaced by another
+valid dataset would be read as this one. So every entry carries a seal (`ctrlsim.cache_seal`: an
+HMAC under the folder's own secret key of the entry's key and pickle), checked before anything is
+unpickled. An entry whose seal does not verify was edited, replaced or copied from another key; it
+is treated as damaged.
+
 Entries are pickles read by an unpickler that accepts only the classes a `Dataset`'s tables are
 made of (a pickle naming anything else is refused, not run). A dataset whose pickle would need
 another class, or whose options are not plain JSON values, is simply not cached.
@@ -28,13 +34,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ctrlsim.cache_seal import cache_secret, seal, verify
 from ctrlsim.errors import CacheCorruptionWarning, CacheUnavailableWarning, CtrlsimError
 
 if TYPE_CHECKING:
     from ctrlsim.data.dataset import Dataset
 
-#: Part of every key: bumped when the entry layout changes.
-CACHE_FORMAT = 1
+#: Part of every key: bumped when the entry layout changes (2: sealed entries).
+CACHE_FORMAT = 2
+# An entry is this header, its seal (64 hex digits), a newline, then the pickle.
+_HEADER = b"ctrlsim-dataset-entry "
 
 # (module, name) of every global a Dataset pickle may name (numpy 1 and 2 spell the first two
 # modules differently). Nothing outside this list is ever looked up while reading an entry.
@@ -126,6 +135,20 @@ def _refuse(value: Any) -> Any:
     raise TypeError(f"not a plain JSON option: {type(value).__name__}")
 
 
+def sealed_entry(secret: bytes, key: str, blob: bytes) -> bytes:
+    """The bytes of the entry holding pickle `blob` under `key`, sealed with `secret`."""
+    return _HEADER + seal(secret, "dataset", key, blob).encode("ascii") + b"\n" + blob
+
+
+def _unsealed(entry: bytes, secret: bytes, key: str) -> bytes:
+    """The pickle of an entry whose seal verifies (else a ValueError: the entry is not used)."""
+    head, newline, blob = entry.partition(b"\n")
+    mac = head[len(_HEADER):].decode("ascii", "replace")
+    if not newline or not head.startswith(_HEADER) or not verify(secret, mac, "dataset", key, blob):
+        raise ValueError("its seal does not verify: it was changed or replaced since this cache wrote it")
+    return blob
+
+
 def cached_load(folder: str | Path, key: str | None, parse: Callable[[], Dataset]) -> Dataset:
     """The dataset stored under `key` in `folder`, else `parse()`'s, stored there for next time."""
     if key is None:
@@ -141,7 +164,12 @@ def cached_load(folder: str | Path, key: str | None, parse: Callable[[], Dataset
         return parse()
     if blob is not None:
         try:
-            return _read(blob)
+            secret = cache_secret(entry.parent)
+        except OSError as exc:  # CacheUnwritableError: nothing stored can be verified, or kept
+            warnings.warn(CacheUnavailableWarning(f"{exc}; parsing the dataset"), stacklevel=3)
+            return parse()
+        try:
+            return _read(_unsealed(blob, secret, key))
         except Exception as exc:  # noqa: BLE001 - any unreadable entry is damage: parse again
             warnings.warn(CacheCorruptionWarning(
                 f"dataset cache entry {entry} is damaged ({type(exc).__name__}: {exc}); removed it, "
@@ -163,7 +191,7 @@ def _store(entry: Path, dataset: Dataset) -> None:
         return
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(entry, blob)
+        atomic_write_bytes(entry, sealed_entry(cache_secret(entry.parent), entry.stem, blob))
     except (OSError, CtrlsimError) as exc:
         warnings.warn(CacheUnavailableWarning(
             f"parsed dataset not cached: {entry} cannot be written ({exc}); the next run parses it again"),

@@ -89,8 +89,9 @@ def _box_options(text: str | None) -> dict:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve a black box over the HTTP contract (docs/http-recommenders.md) until Ctrl-C (exit 0).
 
-    Everything that can be wrong (box name and options, dataset, token variable, FastAPI/uvicorn
-    missing) is reported, exit 2, before the port is bound."""
+    Everything that can be wrong (box name and options, dataset, token variable, limits, a
+    non-loopback --host without a token, FastAPI/uvicorn missing) is reported, exit 2, before the
+    port is bound."""
     import importlib.util
     import os
 
@@ -101,6 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise MissingDependencyError(module, "serve", "ctrlsim serve")
     from ctrlsim.data import load_dataset
     from ctrlsim.recommenders import make_recommender
+    from ctrlsim.recommenders.http.guard import ServeLimits, allowed_hosts_for, check_exposure
     from ctrlsim.recommenders.http.serve import listen, make_app, run_server, url_of
     from ctrlsim.recommenders.registry import check_recommender_name
 
@@ -111,6 +113,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     token = os.environ.get(args.token_env)
     if token is not None and not token.strip():
         raise ConfigError(f"${args.token_env} is set but empty; unset it to serve without a token")
+    check_exposure(args.host, args.token_env, token is not None)
+    limits = ServeLimits.from_flags(max_body_mb=args.max_body_mb, max_batch=args.max_batch,
+                                    max_list=args.max_list, max_accounts=args.max_accounts,
+                                    max_account_items=args.max_account_items)
+    hosts = allowed_hosts_for(args.host, [h for h in (args.allowed_hosts or "").split(",") if h.strip()])
     dataset = load_dataset(args.dataset)
     try:
         box = make_recommender(args.box, dataset, **options)
@@ -118,7 +125,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not options:
             raise
         raise ConfigError(f"box {args.box!r} does not take the options {sorted(options)}: {exc}") from None
-    app = make_app(box, dataset=dataset, token=token)
+    app = make_app(box, dataset=dataset, token=token, limits=limits, allowed_hosts=hosts)
     sock = listen(args.host, args.port)
     try:
         auth = f"bearer token from ${args.token_env} required" if token else "no token"
@@ -151,7 +158,27 @@ def build_parser() -> argparse.ArgumentParser:
                        help='keyword arguments of the box as a JSON object, e.g. \'{"mask_shown": true}\'')
     serve.add_argument("--token-env", default=SERVE_TOKEN_ENV, metavar="NAME",
                        help=f"environment variable holding the bearer token clients must send "
-                            f"(default {SERVE_TOKEN_ENV}; unset: no authentication)")
+                            f"(default {SERVE_TOKEN_ENV}; unset: no authentication, which only a "
+                            f"loopback --host allows)")
+    from ctrlsim.serve_limits import MIB, default_limits
+
+    limits = default_limits()
+    serve.add_argument("--allowed-hosts", default="", metavar="NAMES",
+                       help="comma-separated Host header values answered besides the --host, localhost and "
+                            "127.0.0.1 (the names clients use to reach the service; '*' answers any)")
+    serve.add_argument("--max-body-mb", type=int, default=limits['max_body'] // MIB, metavar="MIB",
+                       help=f"largest request body in MiB (default {limits['max_body'] // MIB})")
+    serve.add_argument("--max-batch", type=int, default=limits['max_batch'], metavar="N",
+                       help=f"states, accounts or events in one request (default {limits['max_batch']:,})")
+    serve.add_argument("--max-list", type=int, default=limits['max_list'], metavar="N",
+                       help=f"entries of one history, shown, candidates or attributes list "
+                            f"(default {limits['max_list']:,})")
+    serve.add_argument("--max-accounts", type=int, default=limits['max_accounts'], metavar="N",
+                       help=f"accounts kept in memory; the least recently used is evicted "
+                            f"(default {limits['max_accounts']:,})")
+    serve.add_argument("--max-account-items", type=int, default=limits['max_account_items'], metavar="N",
+                       help=f"history and shown entries all accounts hold; the least recently used are "
+                            f"evicted (default {limits['max_account_items']:,})")
     serve.set_defaults(func=cmd_serve)
     for name in RUNNER_MODULES:
         sub.add_parser(name, help=f"{name} tables (see `ctrlsim {name} --help`)", add_help=False)

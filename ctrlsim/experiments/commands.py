@@ -152,8 +152,13 @@ def report_main(argv: Sequence[str] | None = None) -> int:
                                                     "several runs; default: rewrite the one run's own)")
     parser.add_argument("--figures", type=_parse_bool, default=True,
                         help="write figures/*.png [default: true]")
+    parser.add_argument("--allow-code-change", type=_parse_bool, nargs="?", const=True, default=False,
+                        help="merge run folders written by other ctrlsim code or library versions "
+                             "(recorded in the merged folder's provenance.jsonl); other inputs or "
+                             "defaults are still refused")
     args = parser.parse_args(argv)
-    markdown, out = rebuild_report(args.runs, out=args.out, figures=args.figures)
+    markdown, out = rebuild_report(args.runs, out=args.out, figures=args.figures,
+                                   allow_code_change=args.allow_code_change)
     print(markdown)
     print(f"\nreport: {out}", file=sys.stderr)
     return 0

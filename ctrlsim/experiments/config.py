@@ -53,7 +53,11 @@ class RunOptions:
     overwrite: bool = field(default=False, metadata={"help": "discard an existing run folder's records"})
     replay: str | None = field(default=None, metadata={
         "help": "answer HTTP black boxes from the exchanges recorded in this earlier run folder (or its "
-                "exchanges.jsonl); no request leaves the machine"})
+                "exchanges.jsonl); no request leaves the machine. The log is checked first: an answer "
+                "edited since it was recorded, or lines without digests, refuse the replay"})
+    replay_unverified: bool = field(default=False, metadata={
+        "help": "--replay a log that fails its check (edited, or recorded before ctrlsim wrote digests); "
+                "the run's provenance.jsonl records that it was not verified, and why"})
     allow_code_change: bool = field(default=False, metadata={
         "help": "resume a run folder written by other ctrlsim code or library versions (recorded in its "
                 "provenance.jsonl); changed inputs or resolved defaults are still refused"})
@@ -92,6 +96,9 @@ class RunOptions:
             log = recorded / "exchanges.jsonl" if recorded.is_dir() else recorded
             if not log.is_file():
                 raise ConfigError(f"--replay {self.replay!r}: no recorded exchanges at {log}")
+        elif self.replay_unverified:
+            raise ConfigError("--replay-unverified goes with --replay RUN: it lets that replay answer from a "
+                              "log that fails its check")
         if self.ray_address is not None and self.executor != "ray":
             raise ConfigError(f"--ray-address {self.ray_address!r} needs --executor ray")
         if self.out is not None:

@@ -70,8 +70,11 @@ def folder_seconds(folder: Path, finished: Iterable[str]) -> dict[str, float]:
 
 
 def record_unit(folder: Path, key: str, seconds: float) -> None:
-    with (folder / FOLDER_LOG).open("a", encoding="utf-8") as log:
-        log.write(json.dumps({"key": key, "seconds": round(seconds, 3)}) + "\n")
+    """One line in the folder's log, through the guarded appender (`ctrlsim.jsonlines`: no link
+    followed, a torn last line moved aside); unsynced, as a lost line costs an estimate only."""
+    from ctrlsim.jsonlines import append_object
+
+    append_object(folder / FOLDER_LOG, {"key": key, "seconds": round(seconds, 3)}, sync=False)
 
 
 def _cache_root() -> Path | None:
@@ -95,10 +98,12 @@ def record_run(runner: str, sig: str, seconds: Iterable[float]) -> None:
         return
     row = {"runner": runner, "signature": sig, "seconds_per_unit": round(statistics.median(values), 3),
            "units": len(values), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    from ctrlsim.errors import DataFileError
+    from ctrlsim.jsonlines import append_object
+
     try:
-        with (root / CACHE_LOG).open("a", encoding="utf-8") as log:
-            log.write(json.dumps(row) + "\n")
-    except OSError:
+        append_object(root / CACHE_LOG, row, sync=False)
+    except DataFileError:  # unwritable, or a link where the log belongs: nothing written through it
         return
 
 

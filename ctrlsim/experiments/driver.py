@@ -171,10 +171,11 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
     ran = 0
     resolved = runner.resolved(ctx) if runner.resolved is not None else {}
     exchanges = exchange_settings(out, options)
+    from ctrlsim.recommenders.http.exchanges import replay_notes  # checks the replayed log, before any unit
     with using_exchange_settings(exchanges), RunFolder(
             out, identity, overwrite=options.overwrite, extensible=runner.extensible,
             about={"runner": runner.name}, record_fields=runner.record_fields, resolved=resolved,
-            allow_code_change=options.allow_code_change) as folder:
+            allow_code_change=options.allow_code_change, notes=replay_notes(exchanges)) as folder:
         ctx.folder = folder
         store = folder.store
         if folder.previous is not None and show_progress:
@@ -344,7 +345,7 @@ def drive_sized(runner: Runner, config: Any, options: RunOptions, *, show_progre
                           "over per-seed means, per (method, box)",
               "stopped_by": stopped, "seconds": round(time.perf_counter() - started, 1), "rounds": rounds,
               "intervals": [i.to_dict() for i in intervals]}
-    (out / S.SIZING_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    S.write_sizing(out, record)
     markdown, _ = rebuild_report([out], figures=False)  # tables.md now ends with the sized-run table
     result.markdown = markdown
     if show_progress:
@@ -379,7 +380,8 @@ def exchange_settings(out: Path, options: RunOptions) -> ExchangeSettings:
     if options.replay is not None:
         recorded = Path(options.replay)
         replay = str((recorded / "exchanges.jsonl" if recorded.is_dir() else recorded).resolve())
-    return ExchangeSettings(log=str((out / "exchanges.jsonl").resolve()), replay=replay)
+    # Absolute, never resolved: opened by this path with O_NOFOLLOW, a link planted there is refused.
+    return ExchangeSettings(str(Path(out).absolute() / "exchanges.jsonl"), replay, options.replay_unverified)
 
 
 def run(protocol: str, /, out: str | Path | None = None, *, config: Any = None,
@@ -402,7 +404,7 @@ def run(protocol: str, /, out: str | Path | None = None, *, config: Any = None,
 
     runner = get_runner(protocol)
     if config is None:
-        config = config_from_dict(runner.config_cls, _with_presets(runner, config_fields))
+        config = config_from_dict(runner.config_cls, with_presets(runner, config_fields))
     elif config_fields:
         from ctrlsim.errors import ConfigError
 
@@ -426,7 +428,8 @@ def run(protocol: str, /, out: str | Path | None = None, *, config: Any = None,
     return result
 
 
-def _with_presets(runner: Runner, fields: dict[str, Any]) -> dict[str, Any]:
+def with_presets(runner: Runner, fields: dict[str, Any]) -> dict[str, Any]:
+    """Config fields with a `preset=` name replaced by the runner's preset (fields given win)."""
     fields = dict(fields)
     preset = fields.pop("preset", None)
     if preset is None:

@@ -14,6 +14,10 @@ with; for figures also every matplotlib settings file matplotlib would read (`ma
 the working folder, `$MATPLOTLIBRC`, the user's config folder) and its font list, since those
 change the pixels without changing any version. An entry whose bytes do not match their stored
 SHA-256 is damaged: it is removed with a `CacheCorruptionWarning` and the output is made again.
+That SHA-256 only catches damage, since whoever edits the bytes can recompute it. Every entry also
+carries a seal (`ctrlsim.cache_seal`: an HMAC under the folder's own secret key of the entry's key
+and its files' SHA-256s). An entry whose seal does not verify was rewritten or copied from another
+key. It is treated as damaged, so a run's tables never come from bytes this cache did not make.
 A cache folder that cannot be written costs only the saving (`CacheUnavailableWarning`).
 """
 from __future__ import annotations
@@ -27,10 +31,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from ctrlsim.cache_seal import cache_secret, seal, verify
 from ctrlsim.errors import CacheCorruptionWarning, CacheUnavailableWarning, CtrlsimError
 
-#: Part of every key: bumped when the entry layout changes.
-CACHE_FORMAT = 1
+#: Part of every key: bumped when the entry layout changes (2: sealed entries).
+CACHE_FORMAT = 2
 TABLE_LIBRARIES = ("numpy", "scipy", "tabulate", "pandas")
 FIGURE_LIBRARIES = ("numpy", "matplotlib", "pillow")
 
@@ -93,7 +98,21 @@ def _entry_path(key: str) -> Path | None:
         return None
 
 
-def _read(path: Path) -> dict[str, bytes] | None:
+def _secret(path: Path) -> bytes | None:
+    """The seal key of the cache folder holding entry `path`; None (the cache unused) without one."""
+    try:
+        return cache_secret(path.parent)
+    except OSError as exc:  # CacheUnwritableError is an OSError
+        warnings.warn(CacheUnavailableWarning(f"{exc}; outputs are made without their cache"), stacklevel=4)
+        return None
+
+
+def _sealed_parts(key: str, listed: dict[str, Any]) -> tuple[str, str, str]:
+    """What an entry's seal covers: its key and the name and SHA-256 of each file it holds."""
+    return "outputs", key, json.dumps({name: item["sha256"] for name, item in listed.items()}, sort_keys=True)
+
+
+def _read(path: Path, secret: bytes) -> dict[str, bytes] | None:
     """The stored outputs (name -> bytes), None when there is no entry; a damaged entry is removed."""
     try:
         raw = path.read_bytes()
@@ -111,6 +130,9 @@ def _read(path: Path) -> dict[str, bytes] | None:
             raise ValueError(f"entry format {entry.get('format')!r}, expected {CACHE_FORMAT}")
         if any(hashlib.sha256(data).hexdigest() != listed[name]["sha256"] for name, data in files.items()):
             raise ValueError("content does not match its sha256")
+        if not verify(secret, entry.get("seal"), *_sealed_parts(path.stem, listed)):
+            raise ValueError("its seal does not verify: it was rewritten or replaced since this cache "
+                             "wrote it")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # json and base64 errors are ValueErrors
         warnings.warn(CacheCorruptionWarning(f"output cache entry {path} is damaged ({exc}); removed it, the "
                                              "outputs are made again"), stacklevel=4)
@@ -119,13 +141,13 @@ def _read(path: Path) -> dict[str, bytes] | None:
     return files
 
 
-def _write(path: Path, kind: str, files: dict[str, bytes]) -> None:
+def _write(path: Path, secret: bytes, kind: str, files: dict[str, bytes]) -> None:
     from ctrlsim.atomic import atomic_write_text
 
-    entry = {"format": CACHE_FORMAT, "kind": kind,
-             "files": {name: {"sha256": hashlib.sha256(data).hexdigest(),
-                              "base64": base64.b64encode(data).decode("ascii")}
-                       for name, data in files.items()}}
+    listed = {name: {"sha256": hashlib.sha256(data).hexdigest(),
+                     "base64": base64.b64encode(data).decode("ascii")} for name, data in files.items()}
+    entry = {"format": CACHE_FORMAT, "kind": kind, "files": listed,
+             "seal": seal(secret, *_sealed_parts(path.stem, listed))}
     try:
         atomic_write_text(path, json.dumps(entry))
     except (OSError, CtrlsimError) as exc:
@@ -138,12 +160,13 @@ def cached_text(kind: str, inputs: Any, make: Callable[[], str],
     """`make()`, or the text it made before from the same `inputs` (see the module docstring)."""
     key = output_key(kind, inputs, libraries)
     path = _entry_path(key) if key is not None else None
-    stored = _read(path) if path is not None else None
+    secret = _secret(path) if path is not None else None
+    stored = _read(path, secret) if path is not None and secret is not None else None
     if stored is not None and set(stored) == {"text"}:
         return stored["text"].decode("utf-8")
     text = make()
-    if path is not None:
-        _write(path, kind, {"text": text.encode("utf-8")})
+    if path is not None and secret is not None:
+        _write(path, secret, kind, {"text": text.encode("utf-8")})
     return text
 
 
@@ -165,11 +188,12 @@ def cached_figures(folder, kind: str, inputs: Any, draw: Callable[[Any], None]) 
     name)`, drawing them only when the cache has no figures made from the same `inputs`."""
     key = output_key(kind, inputs, FIGURE_LIBRARIES, extra=matplotlib_settings())
     path = _entry_path(key) if key is not None else None
-    stored = _read(path) if path is not None else None
+    secret = _secret(path) if path is not None else None
+    stored = _read(path, secret) if path is not None and secret is not None else None
     if stored is None:
         recorder = _FigureRecorder()
         draw(recorder)
         stored = recorder.figures
-        if path is not None:
-            _write(path, kind, stored)
+        if path is not None and secret is not None:
+            _write(path, secret, kind, stored)
     return [folder.write_figure(name, png) for name, png in stored.items()]

@@ -7,7 +7,8 @@ run records, beside its config, a *provenance* entry:
 
 - `code`: ctrlsim's version, a SHA-256 of its source files (`ctrlsim`, `ctrlsim.envs`,
   `ctrlsim.agents`), the git commit where the source is a git checkout (with whether it had
-  uncommitted changes), and the versions of the libraries results depend on;
+  uncommitted changes), and the versions of the libraries results depend on; with `user_code`, the
+  source digests of the user's modules a `module:attribute` method runs (`user_code`);
 - `inputs`: for every config value that names an existing file or folder (a dataset, a roster, a
   side table, a GGUF, an encoder folder), its SHA-256 (folders: over every file in them);
 - `resolved`: the values a runner gave to fields left open (`slate_size: null` -> 3 per box).
@@ -16,10 +17,13 @@ The entries are appended to `provenance.jsonl` in the run folder (append-only, u
 and the latest is in `config.json`. Resuming a folder that holds results checks the new entry
 against the stored one (`check_resume`): a changed input or resolved default is refused (it would
 mix two experiments in one table); changed code is refused unless the user allows it
-(`--allow-code-change`), and the allowance is recorded.
+(`--allow-code-change`), and the allowance is recorded. Merging run folders (`ctrlsim report A B
+--out M`) checks their entries against each other the same way (`merged_entry`), and M records
+theirs. An entry may carry notes beside these three keys, such as the exchange log a replay
+answered from (`replay`) or the folders a merge came from (`merged_from`).
 
-Digests of large files are remembered by (size, mtime, inode), as git's index does, under
-`$CTRLSIM_CACHE/digests`; a file rewritten in place changes its mtime and is hashed again.
+Digests of large files are remembered by (size, mtime, inode, ctime), as git's index does, under
+`$CTRLSIM_CACHE/digests`; a racily clean or edited memo is not trusted (`digest_memo`).
 """
 from __future__ import annotations
 
@@ -29,9 +33,10 @@ import platform
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
-from ctrlsim.errors import ConfigError, CtrlsimError
+from ctrlsim.errors import ConfigError
+from ctrlsim.experiments.digest_memo import file_digest  # also this module's public name
 
 PROVENANCE = "provenance.jsonl"
 CODE_PACKAGES = ("ctrlsim", "ctrlsim.envs", "ctrlsim.agents")
@@ -132,43 +137,6 @@ def code_version() -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- inputs
 
-def _memo_path(path: Path) -> Path | None:
-    try:
-        from ctrlsim.backends.bundled import cache_dir
-
-        return cache_dir("digests") / (hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".json")
-    except OSError:
-        return None
-
-
-def file_digest(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, remembered by (size, mtime_ns, inode) so a big file is hashed once."""
-    path = Path(path).resolve()
-    stat = path.stat()
-    stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
-    memo = _memo_path(path)
-    if memo is not None:
-        try:
-            known = json.loads(memo.read_text(encoding="utf-8"))
-            if known.get("path") == str(path) and known.get("stat") == stamp:
-                return str(known["sha256"])
-        except (OSError, ValueError, KeyError, AttributeError):
-            pass
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    value = digest.hexdigest()
-    if memo is not None:
-        from ctrlsim.atomic import atomic_write_text
-
-        try:
-            atomic_write_text(memo, json.dumps({"path": str(path), "stat": stamp, "sha256": value}))
-        except CtrlsimError:  # an unwritable cache: the memo only saves time
-            pass
-    return value
-
-
 FILES_LISTED = 100  # a folder input with at most this many files keeps each file's digest
 
 
@@ -239,7 +207,11 @@ def input_digests(identity: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def provenance(identity: Mapping[str, Any], resolved: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """This run's provenance entry (see the module docstring)."""
-    return {"code": code_version(), "inputs": input_digests(identity),
+    from ctrlsim.experiments.user_code import user_code
+
+    code = code_version()
+    mine = user_code(identity, FILES_LISTED)  # a `module:attribute` method's source, as ctrlsim's own
+    return {"code": {**code, "user_code": mine} if mine else code, "inputs": input_digests(identity),
             "resolved": json.loads(json.dumps(dict(resolved or {}), default=str))}
 
 
@@ -269,11 +241,14 @@ def _version(code: Mapping[str, Any]) -> str:
     return f"ctrlsim {code.get('ctrlsim')} (source {_short(code.get('source_sha256'))}{where})"
 
 
-def resume_changes(stored: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def resume_changes(stored: Mapping[str, Any], now: Mapping[str, Any], *,
+                   labels: tuple[str, str] = ("then", "now")) -> tuple[list[str], list[str]]:
     """(changes that always refuse a resume, code changes): one line each.
 
     Inputs and resolved defaults are compared where both entries have them (an extension adds new
-    ones); the code is the source digest and the library versions."""
+    ones); the code is the source digest and the library versions. `labels` name the two entries
+    in each line (a merge names its folders)."""
+    was, is_ = labels
     refused: list[str] = []
     inputs_then, inputs_now = stored.get("inputs") or {}, now.get("inputs") or {}
     for name in sorted(set(inputs_then) & set(inputs_now)):
@@ -288,21 +263,24 @@ def resume_changes(stored: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[l
         else:
             what = "content changed"
         refused.append(f"input {name} ({b.get('path')}): {what} "
-                       f"(sha256 {_short(a.get('sha256'))}... then, {_short(b.get('sha256'))}... now)")
+                       f"(sha256 {_short(a.get('sha256'))}... {was}, {_short(b.get('sha256'))}... {is_})")
     resolved_then, resolved_now = _flat(stored.get("resolved") or {}), _flat(now.get("resolved") or {})
     for name in sorted(set(resolved_then) & set(resolved_now)):
         if resolved_then[name] != resolved_now[name]:
-            refused.append(f"default {name}: resolved to {resolved_then[name]!r} then, "
-                           f"{resolved_now[name]!r} now")
+            refused.append(f"default {name}: resolved to {resolved_then[name]!r} {was}, "
+                           f"{resolved_now[name]!r} {is_}")
     code: list[str] = []
     then, current = stored.get("code") or {}, now.get("code") or {}
     if then.get("source_sha256") != current.get("source_sha256"):
-        code.append(f"code: {_version(then)} then, {_version(current)} now")
+        code.append(f"code: {_version(then)} {was}, {_version(current)} {is_}")
     libraries_then, libraries_now = then.get("libraries") or {}, current.get("libraries") or {}
     for name in sorted(set(libraries_then) | set(libraries_now)):
         if libraries_then.get(name) != libraries_now.get(name):
-            code.append(f"library {name}: {libraries_then.get(name, 'absent')} then, "
-                        f"{libraries_now.get(name, 'absent')} now")
+            code.append(f"library {name}: {libraries_then.get(name, 'absent')} {was}, "
+                        f"{libraries_now.get(name, 'absent')} {is_}")
+    from ctrlsim.experiments.user_code import changes
+
+    code += changes(then.get("user_code") or {}, current.get("user_code") or {}, labels, SHOWN)
     return refused, code
 
 
@@ -314,12 +292,69 @@ def check_resume(where: str, stored: Mapping[str, Any], now: Mapping[str, Any], 
     blocking = refused + ([] if allow_code_change else code)
     if not blocking:
         return code
-    lines = blocking[:SHOWN] + ([f"... and {len(blocking) - SHOWN} more"] if len(blocking) > SHOWN else [])
     advice = "use another --out, or --overwrite to move the old run aside"
     if code and not refused:
         advice += "; --allow-code-change resumes with the new code (recorded in the folder)"
     raise ConfigError(f"{where} holds results made with other inputs or code; a resume would mix them:\n  "
-                      + "\n  ".join(lines) + f"\n{advice}")
+                      + "\n  ".join(_shown_lines(blocking)) + f"\n{advice}")
+
+
+def _shown_lines(lines: list[str]) -> list[str]:
+    return lines[:SHOWN] + ([f"... and {len(lines) - SHOWN} more"] if len(lines) > SHOWN else [])
+
+
+ENTRY_KEYS = ("code", "inputs", "resolved")  # what a resume or a merge compares; other keys are notes
+
+
+def merged_entry(sources: Sequence[tuple[str, Mapping[str, Any]]], *,
+                 allow_code_change: bool) -> dict[str, Any]:
+    """The provenance of records gathered from run folders (`ctrlsim report A B --out M`), from each
+    folder's (path, latest entry).
+
+    One folder: its entry as it is. Several: their inputs and resolved defaults, which must agree
+    wherever two folders both have one; the first folder's code, which the others must share unless
+    `allow_code_change` (each allowed difference is kept under `allowed_code_change`); and
+    `merged_from`, each folder with what produced it. A difference is a `ConfigError` naming it, its
+    two values and the two folders, as a refused resume does."""
+    if len(sources) == 1:
+        return {k: v for k, v in sources[0][1].items() if k != "time"}
+    out: dict[str, Any] = {k: dict(sources[0][1].get(k) or {}) for k in ENTRY_KEYS}
+    names, allowed = [sources[0][0]], []
+    for name, entry in sources[1:]:
+        now = {k: entry.get(k) or {} for k in ENTRY_KEYS}
+        refused, code = resume_changes(out, now, labels=(f"in {', '.join(names)}", f"in {name}"))
+        blocking = refused + ([] if allow_code_change else code)
+        if blocking:
+            advice = "merge only run folders made from the same inputs and defaults"
+            if code and not refused:
+                advice = ("--allow-code-change merges them anyway (recorded in the merged folder's "
+                          "provenance.jsonl)")
+            raise ConfigError(f"run folder {name} was made with other inputs or code than "
+                              f"{', '.join(names)}; merging them would mix two experiments in one table:\n  "
+                              + "\n  ".join(_shown_lines(blocking)) + f"\n{advice}")
+        allowed += [f"{name}: {line}" for line in code]
+        out["inputs"] = {**out["inputs"], **now["inputs"]}
+        out["resolved"] = merged(out["resolved"], now["resolved"])
+        names.append(name)
+    out["merged_from"] = [{"folder": str(Path(name).resolve()),
+                           **{k: v for k, v in entry.items() if k not in ("time", "inputs", "resolved")}}
+                          for name, entry in sources]
+    if allowed:
+        out["allowed_code_change"] = allowed
+    return out
+
+
+def check_inputs_unchanged(where: str, recorded: Mapping[str, Any], now: Mapping[str, Any]) -> None:
+    """Raise a `ConfigError` naming each input or resolved default that differs between the entry
+    `recorded` (what made a folder's records) and `now` (what this process reads): a report rebuilt
+    from the records reads the data again (target sizes, the user sample). Code may differ: a fix of
+    the report code is what a rebuild is for."""
+    refused, _ = resume_changes(recorded, now, labels=("when the records were made", "now"))
+    if refused:
+        raise ConfigError(f"the report of {where} reads its inputs again, and they changed since its records "
+                          "were made; its tables would mix two experiments:\n  "
+                          + "\n  ".join(_shown_lines(refused))
+                          + "\nrestore those inputs, or run the new ones into another folder")
 
 
 def read_entries(path: Path) -> list[dict]:
@@ -330,7 +365,8 @@ def read_entries(path: Path) -> list[dict]:
 
 
 def append_entry(path: Path, entry: Mapping[str, Any]) -> None:
-    """Append one entry as one line, synced; a torn line before it (a kill mid-write) is ended first."""
+    """Append one entry as one line, synced; a torn last line before it (a kill mid-write) is moved
+    aside first, never joined to it (`ctrlsim.jsonlines`)."""
     from ctrlsim.jsonlines import append_object
 
     append_object(path, entry)

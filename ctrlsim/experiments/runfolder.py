@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ctrlsim.atomic import atomic_write_bytes, atomic_write_text
 from ctrlsim.errors import ConfigError
 from ctrlsim.redact import redact_secrets
 
+from .cost import FOLDER_LOG
 from .provenance import software_versions
 from .store import ResultStore, _jsonable, normalised_config
 
@@ -61,6 +62,41 @@ def figure_png(fig) -> bytes:
 
 
 RECORDS, LOCK = "records.jsonl", "records.jsonl.lock"
+# The run's other append-only logs (`ctrlsim.jsonlines`; provenance.jsonl is appended here, by `file`).
+APPENDED_LOGS = (FOLDER_LOG, "exchanges.jsonl")
+
+
+def artefact_path(folder: Path, name: str) -> Path:
+    """The path of `name` inside a folder ctrlsim owns (a run folder, an audit folder); no part of it
+    may be a symbolic link, so nothing is written through a link out of the folder."""
+    relative = Path(name)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise ConfigError(f"artefact name {name!r} must be a relative path inside the run folder")
+    path = Path(folder)
+    for part in relative.parts:
+        path = path / part
+        if path.is_symlink():
+            from ctrlsim.errors import DataFileError
+
+            raise DataFileError(path, "is a symbolic link; ctrlsim writes nothing through a link out "
+                                      "of the run folder (remove the link)")
+    return path
+
+
+def move_aside(folder: Path, keep: tuple[str, ...] = ()) -> Path | None:
+    """Move everything in `folder` but `keep` into one new folder beside it (`<folder>.previous-<time>`,
+    `-2`, ... never over an earlier one) and return that (None when there was nothing): what
+    `--overwrite` does to a folder ctrlsim owns, so nothing in it is ever deleted."""
+    from ctrlsim.experiments.store import time_stamp, unique_path
+
+    entries = [p for p in Path(folder).iterdir() if p.name not in keep]
+    if not entries:
+        return None
+    backup = unique_path(Path(folder).with_name(f"{Path(folder).name}.previous-{time_stamp()}"))
+    backup.mkdir()
+    for entry in entries:
+        entry.rename(backup / entry.name)
+    return backup
 
 
 def _own_before_records(entry: Path) -> bool:
@@ -81,10 +117,14 @@ class RunFolder:
     def __init__(self, out: str | Path, config: dict, *, overwrite: bool = False,
                  extensible: tuple[str, ...] = (), about: dict | None = None,
                  record_fields: tuple[str, ...] = (), resolved: dict | None = None,
-                 allow_code_change: bool = False):
+                 allow_code_change: bool = False, provenance: Mapping[str, Any] | None = None,
+                 notes: Mapping[str, Any] | None = None):
         """`resolved`: the values the runner gave to config fields left open; with the code version
         and the digests of the inputs it is the run's provenance (`ctrlsim.experiments.provenance`),
-        checked on resume (`allow_code_change` lets a resume run on other code, and records that)."""
+        checked on resume (`allow_code_change` lets a resume run on other code, and records that).
+        `provenance`: the entry of records made elsewhere, recorded instead of this process's own (a
+        merge of run folders records its sources', `ctrlsim.experiments.report`). `notes`: more of what
+        produced the run, recorded beside its entry (the exchange log a replay answered from)."""
         self.path = Path(out)
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"output {str(self.path)!r} is a file, not a folder")
@@ -100,7 +140,10 @@ class RunFolder:
         def under_lock() -> None:  # before the store reads or extends anything
             if overwrite:
                 self._move_previous_run()
-            self.provenance = self._check_provenance(normalised_config(config), resolved, allow_code_change)
+            for log in APPENDED_LOGS:  # appended to later, by name: a link planted at one is refused now
+                self.file(log)
+            self.provenance = self._check_provenance(normalised_config(config), resolved, allow_code_change,
+                                                     provenance, notes)
 
         self.store = ResultStore(self.path / RECORDS, config, extensible=extensible, on_locked=under_lock,
                                  record_fields=record_fields)
@@ -110,31 +153,48 @@ class RunFolder:
         self.write_json("config.json", {**(about or {}), "config": self.config,
                                         "provenance": self.provenance, "software": software_versions()})
 
-    def _check_provenance(self, config: dict, resolved: dict | None, allow_code_change: bool) -> dict:
+    def _check_provenance(self, config: dict, resolved: dict | None, allow_code_change: bool,
+                          given: Mapping[str, Any] | None = None,
+                          notes: Mapping[str, Any] | None = None) -> dict:
         """This run's provenance; a folder holding results must have been made with the same inputs,
-        resolved defaults and (unless allowed) code. A new or changed entry is appended (under the lock).
+        resolved defaults and (unless allowed) code. A new or changed entry is appended (under the lock);
+        so is one whose notes changed (a replay after a live run, or the other way round).
 
         Inputs the folder's earlier entries name and this config does not (an extension asked for
         only the new values) are carried over, so a later resume still checks them."""
         from ctrlsim.experiments import provenance as prov
         from ctrlsim.experiments.store import time_stamp
 
-        now = prov.provenance(config, resolved)
+        keys = prov.ENTRY_KEYS
+        if given is None:
+            now = prov.provenance(config, resolved)
+        else:  # records made elsewhere: their entry, not this process's
+            now = {k: dict(given.get(k) or {}) for k in keys}
+        extra = {k: v for k, v in {**(given or {}), **(notes or {})}.items() if k not in (*keys, "time")}
+        # As the log will hold them (JSON, credentials cut), so an unchanged note compares equal.
+        extra = json.loads(redact_secrets(json.dumps(extra, sort_keys=True, default=str)))
         log = self.file(prov.PROVENANCE)
         entries = prov.read_entries(log)
-        last = {k: entries[-1].get(k) or {} for k in ("code", "inputs", "resolved")} if entries else None
+        last = {k: entries[-1].get(k) or {} for k in keys} if entries else None
+        plain = (*keys, "time", "allowed_code_change")  # what is not a note
+        notes_then = {k: v for k, v in entries[-1].items() if k not in plain} if entries else {}
+        notes_now = {k: v for k, v in extra.items() if k not in plain}
         allowed: list[str] = []
         if last is not None:
             if self._holds_results():
                 allowed = prov.check_resume(str(self.path), last, now, allow_code_change=allow_code_change)
             now["inputs"] = {**last["inputs"], **now["inputs"]}
             now["resolved"] = prov.merged(last["resolved"], now["resolved"])
-        if last != now:
-            entry = {"time": time_stamp(), **now}
+            if last["code"].get("user_code"):  # user modules carried over as inputs are, and checked later
+                now["code"] = {**now["code"], "user_code": {**last["code"]["user_code"],
+                                                            **(now["code"].get("user_code") or {})}}
+        if last != now or notes_then != notes_now:
+            entry = {"time": time_stamp(), **now, **extra}
+            allowed = [*extra.get("allowed_code_change", []), *allowed]
             if allowed:
                 entry["allowed_code_change"] = allowed
             prov.append_entry(log, entry)
-        return now
+        return {**now, **extra}
 
     def _holds_results(self) -> bool:
         """Records, or artefacts a resume would reuse (an evolution ledger, rosters, ...)."""
@@ -147,33 +207,13 @@ class RunFolder:
 
     def _move_previous_run(self) -> None:
         """Move everything but the held lock into a new folder beside this one (called under the lock)."""
-        from ctrlsim.experiments.store import time_stamp, unique_path
-
-        entries = [p for p in self.path.iterdir() if p.name != LOCK]
-        if not entries:
-            return
-        backup = unique_path(self.path.with_name(f"{self.path.name}.previous-{time_stamp()}"))
-        backup.mkdir()
-        for entry in entries:
-            entry.rename(backup / entry.name)
-        self.previous = backup
+        self.previous = move_aside(self.path, keep=(LOCK,))
 
     # ------------------------------------------------------------------ artefacts
 
     def file(self, name: str) -> Path:
         """The path of artefact `name` inside the folder; no part of it may be a symbolic link."""
-        relative = Path(name)
-        if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-            raise ConfigError(f"artefact name {name!r} must be a relative path inside the run folder")
-        path = self.path
-        for part in relative.parts:
-            path = path / part
-            if path.is_symlink():
-                from ctrlsim.errors import DataFileError
-
-                raise DataFileError(path, "is a symbolic link; ctrlsim writes nothing through a link out "
-                                          "of the run folder (remove the link)")
-        return path
+        return artefact_path(self.path, name)
 
     def write_text(self, name: str, text: str) -> Path:
         """Write an artefact atomically, with any credentials cut out (`ctrlsim.redact`)."""

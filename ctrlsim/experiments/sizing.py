@@ -108,6 +108,14 @@ def stop_sentence(record: Mapping[str, Any]) -> str:
             f"{why}")
 
 
+def write_sizing(folder: Path, record: Mapping[str, Any]) -> None:
+    """sizing.json, written atomically and never through a link in the run folder."""
+    from ctrlsim.atomic import atomic_write_text
+    from ctrlsim.experiments.runfolder import artefact_path
+
+    atomic_write_text(artefact_path(folder, SIZING_FILE), json.dumps(record, indent=2) + "\n")
+
+
 def sizing_blocks(folder: Path, runner: Runner, config: Any, records: Mapping[str, dict]) -> list:
     """The sized-run table (tables.md's last), where the folder holds a sizing record."""
     from ctrlsim.experiments.tables import Table

@@ -11,6 +11,7 @@ import pandas as pd
 import pandas.testing as pdt
 import pytest
 
+from ctrlsim.cache_seal import cache_secret
 from ctrlsim.data import FORMATS, formats, load_dataset, parsed_cache
 from ctrlsim.data.registry import recbole_example_dir
 from ctrlsim.errors import CacheCorruptionWarning, CacheUnavailableWarning, MissingDependencyError
@@ -103,7 +104,11 @@ def test_an_entry_naming_another_class_is_refused_not_run(atomic_dir, tmp_path):
     cache = tmp_path / "cache"
     expected = load_dataset(atomic_dir, cache=cache)
     (entry,) = entries(cache)
-    entry.write_bytes(pickle.dumps(_Runs()))
+    entry.write_bytes(pickle.dumps(_Runs()))  # unsealed: refused before anything is unpickled
+    with pytest.warns(CacheCorruptionWarning, match="seal does not verify"):
+        assert_same(expected, load_dataset(atomic_dir, cache=cache))
+    # Sealed by someone holding the cache's key: the restricted unpickler still refuses to run it.
+    entry.write_bytes(parsed_cache.sealed_entry(cache_secret(cache), entry.stem, pickle.dumps(_Runs())))
     with pytest.warns(CacheCorruptionWarning, match="may not name posix.system|may not name os.system"):
         assert_same(expected, load_dataset(atomic_dir, cache=cache))
 

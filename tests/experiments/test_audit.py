@@ -19,6 +19,7 @@ from audit_checks import (
 
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.audit.config import (
+    AUDIT_FILE,
     REPORT,
     SUMMARY,
     AuditConfig,
@@ -179,6 +180,7 @@ def test_a_failed_unit_stops_the_audit_without_a_report(tmp_path, ml100k, monkey
     monkeypatch.setitem(registry.RECOMMENDERS, "audit-broken", Broken)
     out = tmp_path / "broken"
     out.mkdir()
+    (out / AUDIT_FILE).write_text("{}")  # an earlier audit's folder (a folder of other files is refused)
     (out / REPORT).write_text("an old report")  # from an earlier audit: must not survive a failure
     config = AuditConfig(boxes=("audit-broken",), overrides=load_overrides(config_file(
         tmp_path, {"ctrlbench": {"methods": ["oracle"], "rounds": 1, "seeds": [0, 1]}})))

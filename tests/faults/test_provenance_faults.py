@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrlsim.errors import ConfigError, DataFileError
+from ctrlsim.errors import ConfigError, DataFileError, TornLineWarning
 from ctrlsim.experiments import provenance
 from ctrlsim.experiments.cli import main
 
@@ -158,9 +158,14 @@ def test_a_torn_last_provenance_line_is_skipped_and_a_bad_middle_line_named(tmp_
     with open(log, "ab") as fh:
         fh.write(b'{"code": {"sour')  # killed mid-write
     assert [e["code"] for e in provenance.read_entries(log)] == [{"source_sha256": "a"}]
-    provenance.append_entry(log, {"code": {"source_sha256": "b"}})  # ends the torn line first
-    assert len(log.read_text().splitlines()) == 3
-    with pytest.raises(DataFileError, match="line 2 is not JSON"):
+    with pytest.warns(TornLineWarning):  # the torn line is moved aside, never joined into the log
+        provenance.append_entry(log, {"code": {"source_sha256": "b"}})
+    assert [e["code"]["source_sha256"] for e in provenance.read_entries(log)] == ["a", "b"]
+    [aside] = tmp_path.glob(f"{provenance.PROVENANCE}.torn-*")
+    assert aside.read_bytes() == b'{"code": {"sour'
+    with open(log, "ab") as fh:  # damage that is not a torn tail: a bad line with lines after it
+        fh.write(b'{"code": \n{"code": {}}\n')
+    with pytest.raises(DataFileError, match="line 3 is not JSON"):
         provenance.read_entries(log)
 
 

@@ -366,7 +366,7 @@ def test_serve_reads_the_token_from_the_environment(ml100k, monkeypatch, capsys)
     (app, (host, port)), = served
     assert f"http://127.0.0.1:{port}" in out.out and "MY_SERVE_TOKEN" in out.out
     assert TOKEN not in out.out + out.err and host == "127.0.0.1"
-    client = TestClient(app)
+    client = TestClient(app, base_url="http://127.0.0.1")  # the served app answers its own host names only
     assert client.get("/health").json()["box"]["lambda"] == 0.5
     assert client.post("/recommend", json={"states": [{}], "k": 2}).status_code == 401
     r = client.post("/recommend", json={"states": [{}], "k": 2}, headers={"Authorization": f"Bearer {TOKEN}"})

@@ -40,7 +40,7 @@ SUBRUN_PROTOCOLS = {"ctrlbench": "ctrlbench", "calibrate-ctrlbench": "calibrate"
                     "calibrate-steereval": "calibrate", "promptshift": "promptshift",
                     "calibrate-promptshift": "calibrate"}
 
-# Per size: the fields of each sub-run's config (flags given with --set override them).
+# Per size: the fields of each sub-run's config (fields given with `--config FILE` override them).
 _SMALL: dict[str, dict[str, Any]] = {
     # Six seeds: the fewest with which a paired step test can reach p < 0.05 (the exact sign test's
     # smallest p is 2 / 2^n: 0.25 with three), so the LLM probe can resolve the dial and place the box.
@@ -100,10 +100,10 @@ class AuditConfig:
             raise ConfigError(f"audit: a box is given more than once in {list(self.boxes)}")
         if self.size not in SIZES:
             raise ConfigError(f"audit: --size must be one of {', '.join(SIZES)}, got {self.size!r}")
-        unknown = sorted(set(self.overrides) - set(SUBRUN_PROTOCOLS))
-        if unknown:
-            raise ConfigError(f"audit: --config names unknown sub-run(s) {unknown}; sub-runs: "
-                              f"{', '.join(SUBRUN_PROTOCOLS)}")
+        # Every path to a sub-run's config passes here (`--config FILE`, Python, `--llms`), and what
+        # passed is kept as a copy: a caller's dict changed later changes no audit.
+        check_overrides(self.overrides)
+        object.__setattr__(self, "overrides", {name: dict(fields) for name, fields in self.overrides.items()})
         llm_boxes = [b for b in self.boxes if is_llm_box(b)]
         if len({llm_spec(b) for b in llm_boxes}) > 1:
             raise ConfigError("audit: SteerEval scores with one LLM; give at most one llm:SPEC box")
@@ -200,11 +200,63 @@ def subrun_config(subrun: SubRun) -> Any:
         raise ConfigError(f"audit sub-run {subrun.name}: {exc}") from None
 
 
-# The fields the audit sets itself in each sub-run (the audited boxes, the SteerEval conditions that
-# stand for them): an override file cannot change what is audited.
-OWNED_FIELDS = {"ctrlbench": ("recommenders",), "calibrate-ctrlbench": ("compare", "protocol"),
-                "steereval": ("conditions",), "calibrate-steereval": ("compare", "protocol"),
-                "promptshift": ("llms",), "calibrate-promptshift": ("compare", "protocol")}
+# The fields the audit sets itself in each sub-run: the audited and compared boxes (and what is part
+# of a box: the LLM inside an LLM-based box, SteerEval's conditions and encoder), the protocol a
+# calibration places them with, the dataset, the slate size and the probes' LLM. No sub-run setting
+# can change them: the report would name one box, dataset or model and measure another, and a
+# calibration would place a box its protocol's sub-run did not run.
+_SHARED_OWNED = ("dataset", "llm")
+OWNED_FIELDS = {
+    "ctrlbench": ("recommenders", "recommender_llm", "slate_size", *_SHARED_OWNED),
+    "calibrate-ctrlbench": ("compare", "protocol", "slate_size", *_SHARED_OWNED),
+    "steereval": ("conditions", "encoder", *_SHARED_OWNED),
+    "calibrate-steereval": ("compare", "protocol", "slate_size", *_SHARED_OWNED),
+    "promptshift": ("llms", "dataset"),
+    "calibrate-promptshift": ("compare", "protocol", "slate_size", *_SHARED_OWNED),
+}
+# Options of a whole invocation, not of a sub-run's config: the audit passes its own to every sub-run.
+AUDIT_LEVEL = ("config", "preset", "llms")
+
+
+def check_overrides(overrides: Any) -> None:
+    """Sub-run settings (sub-run name -> fields of its runner's config) name known sub-runs and known
+    fields, spelled as fields; a run option (`out`, `executor`, ...), a flag (`--rounds`) or a field
+    the audit owns (`OWNED_FIELDS`) is a `ConfigError` naming it. Values are checked by the runner's
+    config when the sub-run's config is built (`subrun_config`)."""
+    from ctrlsim.experiments.config import RunOptions
+    from ctrlsim.experiments.runner import get_runner
+
+    if not isinstance(overrides, Mapping) or not all(isinstance(v, Mapping) for v in overrides.values()):
+        raise ConfigError("audit: the sub-run settings (--config) must hold an object of sub-run name -> "
+                          "fields")
+    run_options = {f.name for f in dataclasses.fields(RunOptions)}
+    for name, fields in overrides.items():
+        if name not in SUBRUN_PROTOCOLS:
+            raise ConfigError(f"audit: --config names unknown sub-run {name!r}; sub-runs: "
+                              f"{', '.join(SUBRUN_PROTOCOLS)}")
+        protocol = SUBRUN_PROTOCOLS[name]
+        known = {f.name for f in dataclasses.fields(get_runner(protocol).config_cls) if f.init}
+        spelled = {key: str(key).lstrip("-").replace("-", "_") for key in fields}
+        options = [k for k, n in spelled.items() if n not in known and (n in run_options or n in AUDIT_LEVEL)]
+        if options:
+            raise ConfigError(f"audit: --config {name}: {', '.join(map(repr, options))} "
+                              f"{'is a run option' if len(options) == 1 else 'are run options'} of the "
+                              "whole audit, not a sub-run setting: give it to `ctrlsim audit` itself (every "
+                              "sub-run runs with the audit's)")
+        owned = sorted(k for k, n in spelled.items() if n in OWNED_FIELDS[name])
+        if owned:
+            raise ConfigError(f"audit: --config {name}: {', '.join(map(str, owned))} is the audit's own "
+                              "(the audited boxes come from BOX and --compare; the dataset, slate size and "
+                              "LLM from --dataset, --slate-size and --llm)")
+        unknown = sorted(str(k) for k, n in spelled.items() if n not in known)
+        if unknown:
+            raise ConfigError(f"audit: --config {name}: unknown field(s) {', '.join(unknown)} of "
+                              f"`ctrlsim {protocol}`")
+        flags = sorted(str(k) for k, n in spelled.items() if k != n)
+        if flags:
+            raise ConfigError(f"audit: --config {name}: {', '.join(map(repr, flags))} is spelled as a flag; "
+                              f"give the config field name ({', '.join(repr(spelled[k]) for k in flags)}: "
+                              f"`ctrlsim {protocol} --help` with underscores)")
 
 
 def load_overrides(path: str | None) -> dict[str, dict[str, Any]]:
@@ -212,10 +264,9 @@ def load_overrides(path: str | None) -> dict[str, dict[str, Any]]:
     `{"ctrlbench": {"rounds": 6, "seeds": [0, 1, 2, 3]}, "calibrate-ctrlbench": {"dials": [0, 0.5, 1]}}`.
 
     Field names are the runner's (`ctrlsim ctrlbench --help`, dashes as underscores); an unknown
-    sub-run or field, or a field the audit owns (`OWNED_FIELDS`), is a `ConfigError` naming it."""
+    sub-run or field, a run option, or a field the audit owns (`OWNED_FIELDS`) is a `ConfigError`
+    naming it (`check_overrides`, which `AuditConfig` runs again on whatever reaches it)."""
     import json
-
-    from ctrlsim.experiments.runner import get_runner
 
     if path is None:
         return {}
@@ -227,19 +278,7 @@ def load_overrides(path: str | None) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"audit: --config {path!r} is not JSON ({exc})") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ConfigError(f"audit: --config {path!r} must hold an object of sub-run name -> fields")
-    for name, fields in data.items():
-        if name not in SUBRUN_PROTOCOLS:
-            raise ConfigError(f"audit: --config names unknown sub-run {name!r}; sub-runs: "
-                              f"{', '.join(SUBRUN_PROTOCOLS)}")
-        known = {f.name for f in dataclasses.fields(get_runner(SUBRUN_PROTOCOLS[name]).config_cls) if f.init}
-        unknown = sorted(set(fields) - known)
-        if unknown:
-            raise ConfigError(f"audit: --config {name}: unknown field(s) {', '.join(unknown)} of "
-                              f"`ctrlsim {SUBRUN_PROTOCOLS[name]}`")
-        owned = sorted(set(fields) & set(OWNED_FIELDS[name]))
-        if owned:
-            raise ConfigError(f"audit: --config {name}: {', '.join(owned)} is the audit's own (the audited "
-                              "boxes come from BOX and --compare)")
+    check_overrides(data)
     return data
 
 
@@ -267,10 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a JSON file of sub-run name -> its runner's config fields, e.g. "
                              '{"ctrlbench": {"rounds": 6, "seeds": [0, 1, 2, 3]}} (docs/audit.md)')
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"audit folder [default: {DEFAULT_OUT}]")
-    parser.add_argument("--overwrite", action="store_true", help="move earlier sub-run folders aside")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="move everything already in the audit folder (earlier sub-runs and report, or "
+                             "another folder's files) into a new folder beside it")
     parser.add_argument("--executor", default="local", choices=["local", "ray"], help="where units run")
     parser.add_argument("--ray-address", default=None, help="Ray cluster address (with --executor ray)")
     parser.add_argument("--replay", default=None, help="answer HTTP boxes from an earlier run's exchanges")
+    parser.add_argument("--replay-unverified", action="store_true",
+                        help="--replay a log that fails its check (edited, or without digests); recorded")
     parser.add_argument("--allow-code-change", action="store_true",
                         help="resume sub-runs written by other ctrlsim code")
     return parser

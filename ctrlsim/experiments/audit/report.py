@@ -1,27 +1,23 @@
 """The audit's report: summary.json (every number), then report.html rendered from it."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from ctrlsim.experiments.audit.config import COST_FILE, REPORT, SUMMARY, AuditConfig
+from ctrlsim.experiments.audit.config import REPORT, SUMMARY, AuditConfig
 
-
-def read_costs(out: Path) -> list[dict]:
-    """Every invocation's cost in this audit folder (`cost.jsonl`), oldest first."""
-    path = out / COST_FILE
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+if TYPE_CHECKING:
+    from ctrlsim.experiments.audit.folder import AuditFolder
 
 
-def write_report(config: AuditConfig, done: Sequence, out: Path, cost: dict) -> dict:
-    """summary.json first (the numbers), then report.html rendered from it and its figures."""
+def write_report(config: AuditConfig, done: Sequence, folder: AuditFolder, cost: dict) -> dict:
+    """summary.json first (the numbers), then report.html rendered from it and its figures; both
+    through the audit folder's guarded writers (atomic, never through a link)."""
     from ctrlsim.experiments.audit.figures import render_figures
     from ctrlsim.experiments.audit.render import render_report
     from ctrlsim.experiments.audit.summary import build_summary
 
-    summary = build_summary(config, done, out, cost)
+    summary = build_summary(config, done, folder.path, cost)
     figures = render_figures(summary)
-    (out / SUMMARY).write_text(json.dumps(summary, indent=2, allow_nan=False, default=str) + "\n")
-    (out / REPORT).write_text(render_report(summary, figures), encoding="utf-8")
+    folder.write_json(SUMMARY, summary)
+    folder.write_text(REPORT, render_report(summary, figures))
     return summary

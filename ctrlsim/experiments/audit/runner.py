@@ -25,7 +25,7 @@ def audit_main(argv: Sequence[str] | None = None) -> int:
                          slate_size=args.slate_size, overrides=load_overrides(args.overrides))
     options = RunOptions(out=args.out, overwrite=args.overwrite, executor=args.executor,
                          ray_address=args.ray_address, replay=args.replay,
-                         allow_code_change=args.allow_code_change)
+                         replay_unverified=args.replay_unverified, allow_code_change=args.allow_code_change)
     try:
         if args.llms is not None:
             return across_llms_main(config, args.llms, options, args.llm)

@@ -11,7 +11,6 @@ sub-run stops the audit as a single audit does: no top-level report is left behi
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import replace
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ctrlsim.experiments.audit.config import (
+    AUDIT_FILE,
     DEFAULT_OUT,
     REPORT,
     SUMMARY,
@@ -26,6 +26,7 @@ from ctrlsim.experiments.audit.config import (
     plan_subruns,
     subrun_config,
 )
+from ctrlsim.experiments.audit.folder import AuditFolder
 from ctrlsim.experiments.audit.units import run_audit
 from ctrlsim.experiments.audit.words import LABELS, SCRIPTED_PLACEMENT, placement_agreement, sensitivity_lines
 from ctrlsim.experiments.config import RunOptions
@@ -51,26 +52,29 @@ def run_audit_across_llms(config: AuditConfig, llms: Sequence[str], options: Run
                           show_progress: bool = True, resources: dict | None = None) -> dict:
     """Run (or resume) the audit of `config` once per probe model, then write the top-level summary.json
     and report.html; returns that summary. Raises `AuditFailedError` when a sub-run failed (no report)."""
+    from ctrlsim.experiments.audit.render import render_llms_report
     from ctrlsim.experiments.sensitivity.run import model_folder
 
     options = options or RunOptions()
     out = Path(options.out or DEFAULT_OUT)
     specs = check_models(config, llms, resources)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in (REPORT, SUMMARY):  # never leave a report beside audits that may now fail
-        (out / name).unlink(missing_ok=True)
-    summaries: dict[str, dict] = {}
-    for spec in specs:
-        folder = model_folder(out, spec)
-        if show_progress:
-            print(f"audit --llms: {spec} -> {folder}", file=sys.stderr)
-        summaries[spec] = run_audit(replace(config, llm=spec), replace(options, out=str(folder)),
-                                    show_progress=show_progress, resources=resources)
-    summary = build_summary(config, summaries, out)
-    (out / SUMMARY).write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    from ctrlsim.experiments.audit.render import render_llms_report
-
-    (out / REPORT).write_text(render_llms_report(summary), encoding="utf-8")
+    with AuditFolder(out, overwrite=options.overwrite) as top:  # the audits' folder is an audit folder
+        if top.previous is not None and show_progress:
+            print(f"--overwrite: the previous contents of {out} are now in {top.previous}", file=sys.stderr)
+        folders = {spec: top.file(model_folder(out, spec).name) for spec in specs}  # links refused now
+        top.remove_report()  # never leave a report beside audits that may now fail
+        top.write_json(AUDIT_FILE, {"boxes": list(config.boxes), "size": config.size, "llms": list(specs),
+                                    "dataset": config.dataset, "slate_size": config.slate_size})
+        summaries: dict[str, dict] = {}
+        for spec in specs:
+            folder = folders[spec]
+            if show_progress:
+                print(f"audit --llms: {spec} -> {folder}", file=sys.stderr)
+            summaries[spec] = run_audit(replace(config, llm=spec), replace(options, out=str(folder)),
+                                        show_progress=show_progress, resources=resources)
+        summary = build_summary(config, summaries, out)
+        top.write_json(SUMMARY, summary)
+        top.write_text(REPORT, render_llms_report(summary))
     return summary
 
 

@@ -57,9 +57,11 @@ def _cell(value: Any) -> str:
 
 
 def _provenance(folder: Path) -> dict:
-    path = folder / "provenance.jsonl"
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
-    return json.loads(lines[-1]) if lines else {}
+    """The sub-run's last provenance entry (a torn last line, from a kill, is skipped)."""
+    from ctrlsim.experiments.provenance import PROVENANCE, read_entries
+
+    entries = read_entries(folder / PROVENANCE)
+    return entries[-1] if entries else {}
 
 
 # ----------------------------------------------------------------------------- ctrlbench

@@ -1,7 +1,6 @@
 """The audit's units: its sub-runs, each a protocol run through the driver into its own folder."""
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -11,16 +10,14 @@ from typing import Any, Sequence
 from ctrlsim.errors import CtrlsimError
 from ctrlsim.experiments.audit.config import (
     AUDIT_FILE,
-    COST_FILE,
     DEFAULT_OUT,
-    REPORT,
-    SUMMARY,
     AuditConfig,
     SubRun,
     plan_subruns,
     subrun_config,
 )
-from ctrlsim.experiments.audit.report import read_costs, write_report
+from ctrlsim.experiments.audit.folder import AuditFolder
+from ctrlsim.experiments.audit.report import write_report
 from ctrlsim.experiments.config import RunOptions
 
 
@@ -61,29 +58,31 @@ def run_audit(config: AuditConfig, options: RunOptions | None = None, *, show_pr
     out = Path(options.out or DEFAULT_OUT)
     subruns = plan_subruns(config)
     typed = [(s, subrun_config(s)) for s in subruns]  # every value is checked before anything runs
-    out.mkdir(parents=True, exist_ok=True)
-    for name in (REPORT, SUMMARY):  # never leave a report beside sub-runs that may now fail
-        (out / name).unlink(missing_ok=True)
-    (out / AUDIT_FILE).write_text(json.dumps(audit_identity(config, typed), indent=2) + "\n")
-    started, cpu0 = time.perf_counter(), _cpu_seconds()
-    done: list[SubRunResult] = []
-    try:
-        for subrun, sub_config in typed:
-            if show_progress:
-                print(f"audit: {subrun.name} ({subrun.protocol}) -> {out / subrun.name}", file=sys.stderr)
-            t0, c0 = time.perf_counter(), _cpu_seconds()
-            result = drive(get_runner(subrun.protocol), sub_config,
-                           replace(options, out=str(out / subrun.name)), show_progress=show_progress,
-                           resources=resources)
-            done.append(SubRunResult(subrun, result, time.perf_counter() - t0, _cpu_seconds() - c0))
-            if result.failed:
-                raise AuditFailedError(subrun.name, failure_summary(result))
-    finally:  # every invocation's cost is kept, a failed or interrupted one too: a resume costs less
-        cost = {"wall_s": time.perf_counter() - started, "cpu_s": _cpu_seconds() - cpu0,
-                "units_ran": sum(d.result.ran for d in done), "finished": len(done) == len(typed)}
-        with (out / COST_FILE).open("a", encoding="utf-8") as log:
-            log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **cost}) + "\n")
-    return write_report(config, done, out, {**cost, "history": read_costs(out)})
+    with AuditFolder(out, overwrite=options.overwrite) as folder:
+        if folder.previous is not None and show_progress:
+            print(f"--overwrite: the previous contents of {out} are now in {folder.previous}",
+                  file=sys.stderr)
+        sub_outs = {s.name: folder.file(s.name) for s, _ in typed}  # a sub-run folder that is a link: refused
+        folder.remove_report()  # never leave a report beside sub-runs that may now fail
+        folder.write_json(AUDIT_FILE, audit_identity(config, typed))
+        started, cpu0 = time.perf_counter(), _cpu_seconds()
+        done: list[SubRunResult] = []
+        try:
+            for subrun, sub_config in typed:
+                sub_out = sub_outs[subrun.name]
+                if show_progress:
+                    print(f"audit: {subrun.name} ({subrun.protocol}) -> {sub_out}", file=sys.stderr)
+                t0, c0 = time.perf_counter(), _cpu_seconds()
+                result = drive(get_runner(subrun.protocol), sub_config, replace(options, out=str(sub_out)),
+                               show_progress=show_progress, resources=resources)
+                done.append(SubRunResult(subrun, result, time.perf_counter() - t0, _cpu_seconds() - c0))
+                if result.failed:
+                    raise AuditFailedError(subrun.name, failure_summary(result))
+        finally:  # every invocation's cost is kept, a failed or interrupted one too: a resume costs less
+            cost = {"wall_s": time.perf_counter() - started, "cpu_s": _cpu_seconds() - cpu0,
+                    "units_ran": sum(d.result.ran for d in done), "finished": len(done) == len(typed)}
+            folder.append_cost({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **cost})
+        return write_report(config, done, folder, {**cost, "history": folder.read_costs()})
 
 
 def audit_identity(config: AuditConfig, typed: Sequence[tuple[SubRun, Any]]) -> dict:

@@ -259,9 +259,14 @@ def blocks(analysis: Mapping[str, Any], *, protocol: str, field: str,
 
 def write(out: Path, analysis: Mapping[str, Any], report: Sequence[Block], about: Mapping[str, Any]) -> str:
     """sensitivity.json (the analysis, its tables and `about`) and sensitivity.md in `out`; the markdown."""
+    from ctrlsim.atomic import atomic_write_text
+    from ctrlsim.experiments.runfolder import artefact_path
+    from ctrlsim.redact import redact_secrets
+
     markdown = render_markdown(report)
     data = {**about, "analysis": analysis, "tables": tables_json(report)}
-    (out / SENSITIVITY_JSON).write_text(json.dumps(_json_safe(data), indent=2, allow_nan=False) + "\n",
-                                        encoding="utf-8")
-    (out / SENSITIVITY_MD).write_text(markdown, encoding="utf-8")
+    # Atomic, never through a link in the folder, credentials cut: as every run-folder artefact.
+    text = json.dumps(_json_safe(data), indent=2, allow_nan=False) + "\n"
+    atomic_write_text(artefact_path(out, SENSITIVITY_JSON), redact_secrets(text))
+    atomic_write_text(artefact_path(out, SENSITIVITY_MD), redact_secrets(markdown))
     return markdown

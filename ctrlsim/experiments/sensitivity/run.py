@@ -126,6 +126,7 @@ def drive_across_llms(runner: Runner, config: Any, llms: Sequence[str], options:
     """Drive `config` once per probe model in `llms` (see the module docstring); never raises for
     failed units (`SensitivityResult.failed`). `loaded` maps specs to loaded LLMs serving them here."""
     from ctrlsim.experiments.driver import check_model_fields, drive
+    from ctrlsim.experiments.runfolder import artefact_path, move_aside
     from ctrlsim.experiments.sensitivity import report
 
     options = options or RunOptions()
@@ -138,12 +139,21 @@ def drive_across_llms(runner: Runner, config: Any, llms: Sequence[str], options:
     given = {**dict(resources or {}), **dict(loaded or {})}
     for sub in configs.values():  # every model spec, before any model loads
         check_model_fields(runner, sub, given)
+    if out.is_dir() and not _own_folder(out):  # a folder of other files: nothing of it is deleted
+        if not options.overwrite:
+            raise ConfigError(f"--llms: output {str(out)!r} is a folder with other files in it, not the "
+                              "per-model runs of a --llms run; choose another --out, or pass --overwrite "
+                              "to move its contents into a new folder beside it")
+        previous = move_aside(out)
+        if previous is not None and show_progress:
+            print(f"--overwrite: the previous contents of {out} are now in {previous}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
+    model_folders = {spec: artefact_path(out, model_folder(out, spec).name) for spec in configs}  # no link
     for name in (SENSITIVITY_MD, SENSITIVITY_JSON):  # never leave an analysis beside runs that may now fail
-        (out / name).unlink(missing_ok=True)
+        artefact_path(out, name).unlink(missing_ok=True)
     runs: dict[str, RunResult] = {}
     for spec, sub in configs.items():
-        folder = model_folder(out, spec)
+        folder = model_folders[spec]
         if show_progress:
             print(f"--llms: {runner.name} with {spec} -> {folder}", file=sys.stderr)
         runs[spec] = drive(runner, sub, replace(options, out=str(folder)), show_progress=show_progress,
@@ -159,6 +169,12 @@ def drive_across_llms(runner: Runner, config: Any, llms: Sequence[str], options:
     return result
 
 
+def _own_folder(out: Path) -> bool:
+    """Whether `out` holds only what a --llms run writes there (its per-model runs and analysis)."""
+    return all(p.name.startswith(SUBFOLDER_PREFIX) or p.name in (SENSITIVITY_MD, SENSITIVITY_JSON)
+               for p in out.iterdir())
+
+
 def run_across_llms(protocol: str, llms: Sequence[str], /, out: str | Path | None = None, *,
                     config: Any = None, options: RunOptions | None = None, show_progress: bool = True,
                     raise_on_failure: bool = True, resources: Mapping[str, Any] | None = None,
@@ -168,13 +184,13 @@ def run_across_llms(protocol: str, llms: Sequence[str], /, out: str | Path | Non
     (`SensitivityResult.analysis`, also in `out/sensitivity.json`). Failed units raise
     `SensitivityFailedError` unless `raise_on_failure=False`."""
     from ctrlsim.experiments.config import config_from_dict
-    from ctrlsim.experiments.driver import _with_presets
+    from ctrlsim.experiments.driver import with_presets
     from ctrlsim.experiments.runner import get_runner
 
     runner = get_runner(protocol)
     name = probe_field(runner)
     if config is None:
-        fields = _with_presets(runner, config_fields)
+        fields = with_presets(runner, config_fields)
         if name in config_fields:
             raise ConfigError(f"run_across_llms: the probe models are `llms`; give no {name}= as well")
         fields.pop(name, None)

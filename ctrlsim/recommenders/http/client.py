@@ -25,22 +25,24 @@ run's `<out>/exchanges.jsonl` (the driver lends it to every unit, `ctrlsim.run_s
 `stats["changed"]` and warned about (`ExchangeChangedWarning`): the service answered the same user
 state differently. With `--replay RUN` (or the `replay` option) pointing at a
 recorded log, no request leaves the machine: each answer comes from the log, and a request the log
-does not hold is a `ReplayMissError`.
+does not hold is a `ReplayMissError`. The log is checked first: an answer edited since it was
+recorded, or lines without digests, are a `ReplayLogError` unless `--replay-unverified` (or the
+`replay_unverified` option) allows it (`ctrlsim.recommenders.http.exchanges`).
 
-Stateful accounts: a probe's account continues while its state only grows (its history extends the
-one sent, everything the service showed it is still in `shown`); otherwise (a new episode) a fresh
-account is created. Items the probe was shown elsewhere (search results) are sent as "shown" events.
+Stateful accounts are keyed by the whole logical state (user id, profile, attributes, flags, history,
+shown items: `ctrlsim.recommenders.http.lineage`): a state continues an account only when events (new
+likes; items shown elsewhere, such as search results) turn the account's state into exactly this one;
+otherwise (a new episode, another beam node of the ceiling, another user) a fresh account is created.
+An account the service no longer has (evicted, deleted) is created again from the state, once.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 import uuid
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -56,6 +58,7 @@ from ctrlsim.recommenders.http.exchanges import (
     log_for,
     read_exchanges,
 )
+from ctrlsim.recommenders.http.lineage import AccountIndex, ServiceAccount, plain_attributes
 from ctrlsim.recommenders.http.options import DEFAULTS, checked_options, is_http, parse_http_spec
 from ctrlsim.recommenders.http.transport import RecommenderResponseError, Transport
 from ctrlsim.redact import redact_secrets as _shown
@@ -66,16 +69,6 @@ __all__ = ["DEFAULTS", "ExchangeChangedWarning", "ExchangeLog", "HttpRecommender
 
 
 # ----------------------------------------------------------------------------- the black box
-
-
-@dataclass
-class _Account:
-    account: str
-    history: list[str]
-    profile: str | None
-    attributes: dict
-    served: list[str] = field(default_factory=list)  # what the service showed, in order
-    shown_sent: set[str] = field(default_factory=set)  # items sent as "shown" events
 
 
 class HttpRecommender(Recommender):
@@ -98,7 +91,8 @@ class HttpRecommender(Recommender):
         self.options = checked_options({**from_fragment, **options})
         self.transport = Transport(base, self.options)
         self.stats: dict[str, float] = {"skipped_items": 0, "short_lists": 0, "changed": 0}
-        self._accounts: dict[str, _Account] = {}
+        self._accounts = AccountIndex()  # the service accounts, keyed by the whole logical state
+        self._busy: set[int] = set()  # accounts a request in flight uses (ids of `ServiceAccount`s)
         self._nonce = uuid.uuid4().hex[:8]  # live account ids of this client never collide with another's
         self._account_counter = 0
         self._lock = threading.Lock()
@@ -118,8 +112,17 @@ class HttpRecommender(Recommender):
         return log_for(path) if path else None
 
     def _replay(self) -> ExchangeLog | None:
-        path = self.options["replay"] or current_exchange_settings().replay
-        return log_for(path) if path else None
+        """The recorded log this box answers from, checked before any answer of it is used."""
+        if self.options["replay"]:
+            path, unverified = self.options["replay"], self.options["replay_unverified"]
+        else:
+            settings = current_exchange_settings()
+            path, unverified = settings.replay, settings.replay_unverified
+        if not path:
+            return None
+        log = log_for(path)
+        log.check_replay(unverified=unverified)
+        return log
 
     def _exchange(self, endpoint: str, body: Any, logical: Any, *, answers: bool = True) -> Any:
         """One POST, recorded in the exchange log. `answers`: the response is a recommendation (looked
@@ -186,7 +189,7 @@ class HttpRecommender(Recommender):
         body: dict[str, Any] = {
             "history": list(state.history),
             "profile": state.profile,
-            "attributes": _plain_attributes(state.attributes),
+            "attributes": plain_attributes(state.attributes),
             "shown": list(state.shown),
         }
         if pool is not None:
@@ -222,54 +225,60 @@ class HttpRecommender(Recommender):
         return [slate for part in self.transport.map(one, batches) for slate in part]
 
     def _recommend_stateful(self, states: list[UserState], k: int) -> list[Slate]:
-        creations, events, accounts = [], [], []
+        try:
+            return self._stateful_once(states, k)
+        except RecommenderResponseError as exc:
+            # The service no longer has an account (evicted from its bounded table, or deleted). The
+            # accounts of the failed request left the index, so the retry creates them afresh from the
+            # states, which hold everything the accounts held.
+            if exc.status != 404 or "unknown account" not in str(exc):
+                raise
+        return self._stateful_once(states, k)
+
+    def _stateful_once(self, states: list[UserState], k: int) -> list[Slate]:
+        """One account per state (`ctrlsim.recommenders.http.lineage`): continued or created, then
+        events, then one ranking request per batch."""
+        creations: list[dict] = []
+        events: list[dict] = []
+        logical_events: list[dict] = []  # an event's logical content: the state's history, not the id
+        accounts: list[ServiceAccount] = []
         with self._lock:
+            taken = set(self._busy)
             for state in states:
-                key = (
-                    state.user_id
-                    or "anonymous-" + hashlib.sha1("\x1f".join(state.history).encode()).hexdigest()[:10]
-                )
-                previous = self._accounts.get(key)
-                continues = (
-                    previous is not None
-                    and list(state.history[: len(previous.history)]) == previous.history
-                    and set(previous.served) <= set(state.shown)
-                    and previous.profile == state.profile
-                    and previous.attributes == _plain_attributes(state.attributes)
-                )
-                if previous is not None and continues:
-                    known = previous
-                    for item in state.history[len(known.history) :]:
-                        events.append({"account": known.account, "item": item, "type": "like"})
-                    known.history = list(state.history)
-                    served = set(known.served)  # once, not once per shown item
-                    extra_shown = [i for i in state.shown if i not in served]
-                else:  # a new episode (or a first one): a fresh account with the starting state
-                    self._account_counter += 1
-                    known = _Account(
-                        f"{self.options['account_prefix']}-{self._nonce}-{self._account_counter}",
-                        list(state.history),
-                        state.profile,
-                        _plain_attributes(state.attributes),
-                    )
-                    self._accounts[key] = known
-                    creations.append(
-                        {
-                            "account": known.account,
-                            "history": list(state.history),
-                            "profile": state.profile,
-                            "attributes": known.attributes,
-                            "exclude_history": self.exclude_history,
-                            "mask_shown": self.mask_shown,
-                        }
-                    )
-                    extra_shown = list(state.shown)
-                for item in extra_shown:
-                    if item not in known.shown_sent:
-                        events.append({"account": known.account, "item": item, "type": "shown"})
-                        known.shown_sent.add(item)
-                accounts.append(known)
-        logical_state = [self._logical(a) for a in accounts]
+                plan = self._accounts.assign(state, exclude_history=self.exclude_history, taken=taken,
+                                             mask_shown=self.mask_shown, new_id=self._new_account_id)
+                creations.extend([plan.creation] if plan.creation else [])
+                events.extend(plan.events)
+                logical_events.extend({"item": e["item"], "type": e["type"], "history": list(state.history)}
+                                      for e in plan.events)
+                accounts.append(plan.account)
+            busy = {id(a) for a in accounts}
+            self._busy |= busy
+        try:
+            slates = self._stateful_exchanges(accounts, states, k, creations, events, logical_events)
+        except BaseException:
+            # What the service holds for these accounts is unknown now: never continue them.
+            with self._lock:
+                for account in accounts:
+                    self._accounts.remove(account)
+            raise
+        finally:
+            with self._lock:
+                self._busy -= busy
+        with self._lock:
+            for account, slate in zip(accounts, slates):
+                served = set(account.served)
+                account.served.extend(i for i in slate.item_ids if i not in served)
+        return slates
+
+    def _new_account_id(self) -> str:
+        self._account_counter += 1
+        return f"{self.options['account_prefix']}-{self._nonce}-{self._account_counter}"
+
+    def _stateful_exchanges(self, accounts: list[ServiceAccount], states: list[UserState], k: int,
+                            creations: list[dict], events: list[dict], logical_events: list[dict]
+                            ) -> list[Slate]:
+        logical_state = [a.logical() for a in accounts]  # the exchange keys (live ids differ per client)
         size = self.options["batch_size"]
         if creations:
             self.transport.map(
@@ -285,11 +294,11 @@ class HttpRecommender(Recommender):
             self.transport.map(
                 lambda part: self._exchange(
                     "/feedback",
-                    {"events": part},
-                    {"events": [self._logical_event(e) for e in part]},
+                    {"events": [events[i] for i in part]},
+                    {"events": [logical_events[i] for i in part]},
                     answers=False,
                 ),
-                _chunks(events, size),
+                _chunks(list(range(len(events))), size),
             )
         batches = _chunks(list(range(len(accounts))), size)
 
@@ -297,30 +306,16 @@ class HttpRecommender(Recommender):
             body = {"accounts": [accounts[i].account for i in batch], "k": k}
             logical = {"accounts": [logical_state[i] for i in batch], "k": k}
             answer = self._exchange("/accounts/recommend", body, logical)
-            shown = [set(accounts[i].served) | accounts[i].shown_sent for i in batch]
+            shown = [accounts[i].covered() for i in batch]
             return self._slates(
                 answer, [states[i] for i in batch], k, "/accounts/recommend", [None] * len(batch), shown
             )
 
-        slates = [slate for part in self.transport.map(one, batches) for slate in part]
-        with self._lock:
-            for account, slate in zip(accounts, slates):
-                account.served.extend(i for i in slate.item_ids if i not in account.served)
-        return slates
+        return [slate for part in self.transport.map(one, batches) for slate in part]
 
-    def _logical(self, account: _Account) -> dict:
-        """An account's state as the client knows it: the exchange key (live ids differ per client)."""
-        return {
-            "history": account.history,
-            "profile": account.profile,
-            "attributes": account.attributes,
-            "served": account.served,
-            "shown": sorted(account.shown_sent),
-        }
-
-    def _logical_event(self, event: dict) -> dict:
-        account = next(a for a in self._accounts.values() if a.account == event["account"])
-        return {"item": event["item"], "type": event["type"], "history": account.history[:]}
+    def score_all(self, states: Sequence[UserState]) -> np.ndarray:
+        raise ConfigError("an HTTP black box answers ranked lists, not a score for every item: "
+                          "ask it with recommend(states, k)")
 
     # ------------------------------------------------------------------ checks
     def _slates(
@@ -406,18 +401,13 @@ class HttpRecommender(Recommender):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_lock", None)
+        state.pop("_busy", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-
-
-def _plain_attributes(attributes: Mapping[str, object]) -> dict:
-    return {
-        str(k): (v if isinstance(v, (str, int, float, bool)) or v is None else str(v))
-        for k, v in dict(attributes).items()
-    }
+        self._busy = set()
 
 
 def _without_id(creation: dict) -> dict:

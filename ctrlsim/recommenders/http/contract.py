@@ -11,6 +11,7 @@ Endpoints, relative to the box's base URL (`http://host:port/path`):
     POST /accounts             stateful: create (or reset) accounts with their starting state
     POST /feedback             stateful: like / shown events for accounts
     POST /accounts/recommend   stateful: top-k for accounts the service keeps the state of
+    POST /accounts/delete      stateful: forget accounts (deleting an unknown one is not an error)
 
 Stateless requests carry everything a `UserState` holds (history, profile, attributes, items already
 shown, optional candidate pool), plus whether to exclude the history and mask shown items. In the
@@ -36,6 +37,7 @@ ENDPOINTS = {
     "accounts": "/accounts",
     "feedback": "/feedback",
     "account_recommend": "/accounts/recommend",
+    "delete_accounts": "/accounts/delete",
 }
 MODES = ("stateless", "stateful")
 
@@ -104,6 +106,14 @@ class FeedbackResponse(_Strict):
 class AccountRecommendRequest(_Strict):
     accounts: list[str] = Field(min_length=1, max_length=MAX_BATCH)
     k: int = Field(ge=1, le=MAX_K)
+
+
+class DeleteAccountsRequest(_Strict):
+    accounts: list[str] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class DeleteAccountsResponse(_Strict):
+    deleted: list[str] = Field(description="the accounts that existed and are gone now")
 
 
 class Health(_Strict):

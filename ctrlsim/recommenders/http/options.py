@@ -22,8 +22,14 @@ DEFAULTS: dict[str, Any] = {
     "verify": True,
     "exchanges": None,
     "replay": None,
+    "replay_unverified": False,
     "account_prefix": "ctrlsim",
 }
+
+
+# Set by the run (or as keyword options), never in the URL: the URL is part of the recorded config,
+# and no string in it may switch a box into replay or out of the replay's check.
+RUN_ONLY = ("exchanges", "replay", "replay_unverified")
 
 
 def is_http(name: object) -> bool:
@@ -37,10 +43,10 @@ def parse_http_spec(spec: str) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"an HTTP black box needs an http(s) URL with a host, got {_shown(spec)!r}")
     options: dict[str, Any] = {}
     for key, value in parse_qsl(parts.fragment, keep_blank_values=True):
-        if key not in DEFAULTS or key in ("exchanges", "replay"):
+        if key not in DEFAULTS or key in RUN_ONLY:
             raise ConfigError(
                 f"unknown HTTP box option {key!r} in {_shown(spec)!r}; options: "
-                f"{', '.join(k for k in DEFAULTS if k not in ('exchanges', 'replay'))}"
+                f"{', '.join(k for k in DEFAULTS if k not in RUN_ONLY)}"
             )
         options[key] = value
     base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), parts.query, ""))
@@ -90,6 +96,9 @@ def checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
         if out["verify"].lower() not in ("true", "false", "1", "0"):
             raise ConfigError(f"HTTP box option verify must be true or false, got {out['verify']!r}")
         out["verify"] = out["verify"].lower() in ("true", "1")
+    if not isinstance(out["replay_unverified"], bool):
+        raise ConfigError("HTTP box option replay_unverified must be true or false, got "
+                          f"{out['replay_unverified']!r}")
     if not isinstance(out["token_env"], str) or not out["token_env"]:
         raise ConfigError(
             f"HTTP box option token_env must name an environment variable, got {out['token_env']!r}"

@@ -14,7 +14,8 @@ Choices a client can rely on:
   that cannot be served as asked (k larger than the catalogue, an empty candidate pool, an account
   named twice) 422; any other `CtrlsimError` of the box 400 (as is a body that is not UTF-8,
   FastAPI's own answer), except a `ModelError` (the box's model or backend failed: not the
-  caller's fault, a retry may succeed) 500, like any unexpected error.
+  caller's fault, a retry may succeed) 500, like any unexpected error. Above a limit: 413; a `Host`
+  the service does not answer: 400 (both from `guard`).
 * Concurrency: uvicorn runs the (synchronous) routes in a thread pool. The box is called under
   one lock, since each call sets the request's `exclude_history` / `mask_shown` on the box and
   restores them afterwards; the account table has a lock of its own, held for the whole of a
@@ -22,25 +23,31 @@ Choices a client can rely on:
   one account behave as if they ran one after the other. Lock order: accounts, then box.
 * Authentication: with `token` set, every contract endpoint but `/health` needs
   `Authorization: Bearer <token>` (401 otherwise; the token is compared in constant time and
-  never echoed). The OpenAPI document stays readable without it.
+  never echoed). The OpenAPI document stays readable without it. The token, the `Host` header and
+  the body size are checked by `guard.Guard` before the body is read; the OpenAPI document's
+  bearer scheme comes from the routes' own (second) check.
+* Bounds (`guard.ServeLimits`): body size, entries per request and per list (413 naming the limit),
+  and accounts kept (`accounts.AccountTable`, least recently used evicted).
 """
 import hmac
 import json
 import math
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Iterator, Sequence
+from typing import Annotated, Iterator, Sequence
 
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError, CtrlsimError, MissingDependencyError, ModelError, UnknownItemError
 from ctrlsim.recommenders.base import Recommender, Slate, UserState
+from ctrlsim.recommenders.http.accounts import AccountState, AccountTable
 from ctrlsim.recommenders.http.contract import (
     CONTRACT_VERSION,
     ENDPOINTS,
     AccountRecommendRequest,
     AccountsRequest,
     AccountsResponse,
+    DeleteAccountsRequest,
+    DeleteAccountsResponse,
     FeedbackRequest,
     FeedbackResponse,
     Health,
@@ -49,8 +56,9 @@ from ctrlsim.recommenders.http.contract import (
     RecommendRequest,
     RecommendResponse,
 )
+from ctrlsim.recommenders.http.guard import Guard, Refused, ServeLimits, check_lengths
 
-__all__ = ["make_app", "AccountTable", "encode_scores"]
+__all__ = ["make_app", "AccountTable", "ServeLimits", "encode_scores"]
 
 _PURPOSE = "serving a black box over HTTP (ctrlsim serve)"
 
@@ -69,74 +77,11 @@ def encode_scores(scores) -> list[float] | None:
     return values if all(math.isfinite(v) for v in values) else None
 
 
-class _Refused(Exception):
-    """A request the service refuses: HTTP `status` with a `Problem` detail."""
-
-    def __init__(self, status: int, detail: str):
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-
-
 def _check_known(index: dict, ids: Sequence[str], where: str) -> None:
     missing = [i for i in ids if i not in index]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise _Refused(404, f"unknown item id {missing[0]!r} in {where}{more}")
-
-
-@dataclass
-class _AccountState:
-    history: list[str]
-    profile: str | None
-    attributes: dict[str, Any]
-    exclude_history: bool
-    mask_shown: bool
-    liked: set[str] = field(default_factory=set)
-    shown: list[str] = field(default_factory=list)  # in the order first shown
-    shown_set: set[str] = field(default_factory=set)
-
-    def __post_init__(self):
-        self.liked = set(self.history)
-
-    def like(self, item: str) -> None:
-        if item not in self.liked:
-            self.liked.add(item)
-            self.history.append(item)
-
-    def show(self, items: Sequence[str]) -> None:
-        for item in items:
-            if item not in self.shown_set:
-                self.shown_set.add(item)
-                self.shown.append(item)
-
-    def user_state(self) -> UserState:
-        return UserState(history=tuple(self.history), profile=self.profile,
-                         attributes=dict(self.attributes), shown=tuple(self.shown))
-
-
-class AccountTable:
-    """The stateful mode's accounts (in memory, one table per app) and the lock that guards them."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self._accounts: dict[str, _AccountState] = {}
-
-    def __len__(self) -> int:
-        return len(self._accounts)
-
-    def __contains__(self, account: str) -> bool:
-        return account in self._accounts
-
-    def get(self, account: str, where: str) -> _AccountState:
-        try:
-            return self._accounts[account]
-        except KeyError:
-            raise _Refused(404, f"unknown account {account!r} in {where}; create it with POST "
-                                f"{ENDPOINTS['accounts']}") from None
-
-    def reset(self, account: str, state: _AccountState) -> None:
-        self._accounts[account] = state
+        raise Refused(404, f"unknown item id {missing[0]!r} in {where}{more}")
 
 
 def _identity(recommender: Recommender) -> dict:
@@ -144,10 +89,14 @@ def _identity(recommender: Recommender) -> dict:
     return json.loads(json.dumps(recommender.identity, default=str))
 
 
-def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = None):
+def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = None,
+             limits: ServeLimits | None = None, allowed_hosts: Sequence[str] | None = None):
     """A FastAPI app serving `recommender` (over `dataset`'s catalogue) by the HTTP contract.
 
     token: when set, every contract endpoint except `/health` needs `Authorization: Bearer <token>`.
+    limits: the bounds on bodies, lists and accounts (`ServeLimits()`'s defaults when None).
+    allowed_hosts: the `Host` header values answered (`guard.allowed_hosts_for`); None answers any,
+    which suits an in-process client only: `ctrlsim serve` always passes them.
     Raises `MissingDependencyError` without FastAPI.
     """
     fastapi = _fastapi()
@@ -163,7 +112,9 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
     index = dataset.item_index
     n_items = len(dataset.items)
     box_lock = threading.Lock()
-    accounts = AccountTable()
+    limits = ServeLimits() if limits is None else limits
+    accounts = AccountTable(limits.max_accounts, limits.max_account_items)
+    canonical = {item: item for item in index}  # accounts keep the catalogue's strings, not the requests'
     identity = _identity(recommender)
 
     app = fastapi.FastAPI(
@@ -171,13 +122,18 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
         version=CONTRACT_VERSION,
         description="A ctrlsim black box served over the ctrlsim HTTP contract "
                     "(docs/http-recommenders.md): stateless and stateful modes.")
+    # Host, token and body size are checked from the headers, before FastAPI reads the body.
+    public = [ENDPOINTS["health"], app.openapi_url, app.docs_url, app.swagger_ui_oauth2_redirect_url,
+              app.redoc_url]
+    app.add_middleware(Guard, token=token, max_body=limits.max_body, public=[p for p in public if p],
+                       allowed_hosts=allowed_hosts)
 
     # ------------------------------------------------------------------ errors
     def problem(status: int, detail: str):
         return JSONResponse(Problem(detail=detail).model_dump(), status_code=status)
 
-    @app.exception_handler(_Refused)
-    def _refused(request, exc: _Refused):
+    @app.exception_handler(Refused)
+    def _refused(request, exc: Refused):
         return problem(exc.status, exc.detail)
 
     @app.exception_handler(RequestValidationError)
@@ -201,6 +157,7 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
 
     errors = {400: {"model": Problem, "description": "the box refused the request, or the body is not UTF-8"},
               404: {"model": Problem, "description": "an unknown item id or account (the detail names it)"},
+              413: {"model": Problem, "description": "a body, a batch or a list above the service's limits"},
               422: {"model": Problem, "description": "invalid request (schema, k larger than the catalogue)"},
               500: {"model": Problem, "description": "the box failed"}}
     if token is not None:
@@ -235,7 +192,7 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
 
     def check_k(k: int) -> None:
         if k > n_items:
-            raise _Refused(422, f"k={k} is larger than the catalogue ({n_items} items)")
+            raise Refused(422, f"k={k} is larger than the catalogue ({n_items} items)")
 
     def rank(states: list[UserState], pools: list[list[str] | None], k: int,
              exclude_history: bool, mask_shown: bool) -> list[Slate]:
@@ -265,6 +222,7 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
               dependencies=dependencies, tags=["stateless"],
               summary="top-k for each user state of the batch (stateless)")
     def recommend(request: RecommendRequest) -> RecommendResponse:
+        check_lengths(request, limits)
         check_k(request.k)
         states, pools = [], []
         for n, s in enumerate(request.states):
@@ -272,7 +230,7 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
             _check_known(index, s.shown, f"states[{n}].shown")
             if s.candidates is not None:
                 if not s.candidates:
-                    raise _Refused(422, f"states[{n}].candidates is empty "
+                    raise Refused(422, f"states[{n}].candidates is empty "
                                         "(omit it to rank the whole catalogue)")
                 _check_known(index, s.candidates, f"states[{n}].candidates")
             states.append(UserState(history=tuple(s.history), profile=s.profile,
@@ -286,17 +244,20 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
               dependencies=dependencies, tags=["stateful"],
               summary="create accounts, or reset existing ones to a fresh state")
     def create_accounts(request: AccountsRequest) -> AccountsResponse:
+        check_lengths(request, limits)
+        accounts.check_room(len(request.accounts), sum(len(a.history) for a in request.accounts))
         seen: set[str] = set()
         for n, a in enumerate(request.accounts):
             if a.account in seen:
-                raise _Refused(422, f"account {a.account!r} appears twice (accounts[{n}])")
+                raise Refused(422, f"account {a.account!r} appears twice (accounts[{n}])")
             seen.add(a.account)
             _check_known(index, a.history, f"accounts[{n}].history")
         with accounts.lock:  # all checked first: a refused request changes nothing
             for a in request.accounts:
-                accounts.reset(a.account, _AccountState(
-                    history=list(a.history), profile=a.profile, attributes=dict(a.attributes),
-                    exclude_history=a.exclude_history, mask_shown=a.mask_shown))
+                accounts.reset(a.account, AccountState(
+                    history=[canonical[i] for i in a.history], profile=a.profile,
+                    attributes=dict(a.attributes), exclude_history=a.exclude_history,
+                    mask_shown=a.mask_shown))
         return AccountsResponse(accounts=[a.account for a in request.accounts])
 
     @app.post(ENDPOINTS["feedback"], operation_id="feedback",
@@ -304,15 +265,17 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
               dependencies=dependencies, tags=["stateful"],
               summary="like and shown events (a like of an item already liked changes nothing)")
     def feedback(request: FeedbackRequest) -> FeedbackResponse:
+        check_lengths(request, limits)
         for n, e in enumerate(request.events):
             _check_known(index, [e.item], f"events[{n}].item")
         with accounts.lock:
             targets = [accounts.get(e.account, f"events[{n}].account") for n, e in enumerate(request.events)]
-            for state, e in zip(targets, request.events):
-                if e.type == "like":
-                    state.like(e.item)
-                else:
-                    state.show([e.item])
+            with accounts.changing(targets):
+                for state, e in zip(targets, request.events):
+                    if e.type == "like":
+                        state.like(canonical[e.item])
+                    else:
+                        state.show([canonical[e.item]])
         return FeedbackResponse(accepted=len(request.events))
 
     @app.post(ENDPOINTS["account_recommend"], operation_id="account_recommend",
@@ -320,6 +283,7 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
               dependencies=dependencies, tags=["stateful"],
               summary="top-k for accounts; the items returned become shown to them")
     def account_recommend(request: AccountRecommendRequest) -> RecommendResponse:
+        check_lengths(request, limits)
         check_k(request.k)
         with accounts.lock:
             targets = [accounts.get(a, f"accounts[{n}]") for n, a in enumerate(request.accounts)]
@@ -332,11 +296,22 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
                 slates.update(zip(members, rank([states[n] for n in members], [None] * len(members),
                                                 request.k, exclude_history, mask_shown)))
             lists = [slates[n] for n in range(len(targets))]
-            for t, slate in zip(targets, lists):  # recorded after every list is ranked
-                t.show(slate.item_ids)
+            with accounts.changing(targets):  # recorded after every list is ranked
+                for t, slate in zip(targets, lists):
+                    t.show([canonical.get(i, i) for i in slate.item_ids])
         return RecommendResponse(lists=[ranked(s) for s in lists])
 
+    @app.post(ENDPOINTS["delete_accounts"], operation_id="delete_accounts",
+              response_model=DeleteAccountsResponse, responses=errors,
+              dependencies=dependencies, tags=["stateful"],
+              summary="forget accounts (an unknown one is not an error: it is gone either way)")
+    def delete_accounts(request: DeleteAccountsRequest) -> DeleteAccountsResponse:
+        check_lengths(request, limits)
+        with accounts.lock:
+            return DeleteAccountsResponse(deleted=accounts.delete(request.accounts))
+
     app.state.accounts = accounts
+    app.state.limits = limits
     app.state.recommender = recommender
     return app
 

@@ -13,7 +13,12 @@ from ctrlsim.redact import redact_secrets as _shown
 
 
 class RecommenderResponseError(CtrlsimError, ValueError):
-    """A service's response breaks the contract (malformed body, unknown or duplicate items, ...)."""
+    """A service's response breaks the contract (malformed body, unknown or duplicate items, ...), or
+    the service refused the request (a 4xx: `status` says which)."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class Transport:
@@ -88,7 +93,8 @@ class Transport:
                 elif response.status_code >= 400:
                     raise RecommenderResponseError(
                         f"{_shown(url)} refused the request with HTTP {response.status_code}: "
-                        f"{_shown(response.text[:300])}"
+                        f"{_shown(response.text[:300])}",
+                        status=response.status_code,
                     )
                 else:
                     try:

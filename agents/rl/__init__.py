@@ -13,6 +13,10 @@ slates) and writes into `out`:
 `LearnedProbe` acts with a saved policy on a raw observation (it computes the same features), so
 the policy runs in the population env the ctrlbench runner uses. Needs the `rl` extra
 (`pip install "ctrlsim[rl]"`).
+
+A saved policy is loaded without unpickling anything (`policy_file`): its weights as tensors only,
+its network rebuilt from `policy.json`, and a zip whose pickled entries would import anything
+Stable-Baselines3 does not write there is refused naming the entry.
 """
 
 from __future__ import annotations
@@ -194,11 +198,14 @@ def train_probe(
     wrapper = _feature_wrapper(env)
     import ctrlsim
 
+    from .policy_file import describe
+
     meta = {
         "config": _plain(asdict(config)),
         "features": wrapper.features.settings(),
         "search_menu": list(_actions_wrapper(env).search_menu),
         "algorithm": config.algorithm,
+        "policy": describe(model.policy),  # what the loader rebuilds the network from (no pickle)
         "versions": {"ctrlsim": ctrlsim.__version__, "stable_baselines3": sb3.__version__},
         "timesteps": int(model.num_timesteps),
         "episodes": len(progress.rows),
@@ -302,17 +309,24 @@ class LearnedProbe:
     """A saved policy acting as a probe: `act(observation, info)` on the raw env's observation."""
 
     def __init__(self, model, features, search_menu: tuple[str, ...] = ()):
+        """`model`: anything with Stable-Baselines3's `predict` (a loaded policy network, a model)."""
         self.model, self.features, self.search_menu = model, features, tuple(search_menu)
 
     @classmethod
     def load(cls, path: str | Path, dataset) -> "LearnedProbe":
-        sb3 = import_sb3()
-        from ctrlsim.envs.wrappers import SlateFeatures
+        """The policy saved at `path` (its folder or its policy.zip), never unpickled (`policy_file`)."""
+        import_sb3()
+        from ctrlsim.envs.wrappers import SlateFeatures, likes_action_space
 
-        model_path, _ = policy_paths(path)
+        from .policy_file import architecture, load_policy
+
+        model_path, meta_path = policy_paths(path)
         meta = read_meta(path)
-        model = getattr(sb3, meta["algorithm"]).load(model_path, device="cpu")
-        return cls(model, SlateFeatures.from_settings(dataset, meta["features"]), tuple(meta["search_menu"]))
+        features = SlateFeatures.from_settings(dataset, meta["features"])
+        menu = tuple(meta["search_menu"])
+        policy = load_policy(model_path, features.space(), likes_action_space(features.slate_size, menu),
+                             architecture(meta, meta_path))
+        return cls(policy, features, menu)
 
     def act(self, observation: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> dict[str, Any]:
         action, _ = self.model.predict(self.features.encode(observation), deterministic=True)
@@ -332,8 +346,12 @@ def is_rl_method(name: str) -> bool:
 
 
 def check_rl_method(name: str, *, slate_size: int | None = None, allow_search: bool | None = None) -> dict:
-    """The saved policy `rl:PATH` names exists and fits the run (slate size, search); returns its meta."""
+    """The saved policy `rl:PATH` names exists, carries no code and fits the run (slate size, search);
+    returns its meta."""
+    from .policy_file import audit_policy_zip
+
     meta = read_meta(name[len(METHOD_PREFIX) :])
+    audit_policy_zip(policy_paths(name[len(METHOD_PREFIX) :])[0])
     trained = meta["features"].get("slate_size")
     if slate_size is not None and trained != slate_size:
         raise ConfigError(
@@ -348,16 +366,16 @@ def check_rl_method(name: str, *, slate_size: int | None = None, allow_search: b
 def rl_method(name: str):
     """The `MethodSpec` of `rl:PATH`: Base-Small's users (template bios, no LLM), each acting with the
     saved policy. Its label names the policy's folder."""
-    from .methods import CustomPolicy, MethodSpec, Population
+    from ..methods import CustomPolicy, MethodSpec, Population
 
     path = name[len(METHOD_PREFIX) :]
-    meta = read_meta(path)
+    meta = check_rl_method(name)  # a zip carrying code is refused when the method is named, up front
 
     def build(context) -> Population:
         probe = LearnedProbe.load(path, context.dataset)
 
         def make(agents: Mapping[str, Any], rngs: Mapping[str, Any]):
-            from .methods import _PerProbe
+            from ..methods import _PerProbe
 
             return _PerProbe({agent: probe for agent in agents})
 
