@@ -248,6 +248,8 @@ def resume_changes(stored: Mapping[str, Any], now: Mapping[str, Any], *,
     Inputs and resolved defaults are compared where both entries have them (an extension adds new
     ones); the code is the source digest and the library versions. `labels` name the two entries
     in each line (a merge names its folders)."""
+    from ctrlsim.experiments.user_code import files_changed
+
     was, is_ = labels
     refused: list[str] = []
     inputs_then, inputs_now = stored.get("inputs") or {}, now.get("inputs") or {}
@@ -255,13 +257,7 @@ def resume_changes(stored: Mapping[str, Any], now: Mapping[str, Any], *,
         a, b = inputs_then[name], inputs_now[name]
         if a.get("sha256") == b.get("sha256"):
             continue
-        files_then, files_now = a.get("files"), b.get("files")
-        if isinstance(files_then, dict) and isinstance(files_now, dict):
-            changed = sorted(f for f in set(files_then) | set(files_now)
-                             if files_then.get(f) != files_now.get(f))
-            what = f"files changed: {', '.join(changed[:SHOWN])}" + (" ..." if len(changed) > SHOWN else "")
-        else:
-            what = "content changed"
+        what = files_changed(a, b, SHOWN) or "content changed"
         refused.append(f"input {name} ({b.get('path')}): {what} "
                        f"(sha256 {_short(a.get('sha256'))}... {was}, {_short(b.get('sha256'))}... {is_})")
     resolved_then, resolved_now = _flat(stored.get("resolved") or {}), _flat(now.get("resolved") or {})

@@ -85,6 +85,16 @@ def user_code(identity: Mapping[str, Any], files_listed: int) -> dict[str, dict[
     return {module: module_source(module, files_listed) for module in modules}
 
 
+def files_changed(then: Mapping[str, Any], now: Mapping[str, Any], shown: int) -> str | None:
+    """"files changed: a, b ..." between two digests of a folder (their `files` maps), or None when
+    either has no per-file digests. Shared with provenance's input changes."""
+    files_then, files_now = then.get("files"), now.get("files")
+    if not isinstance(files_then, dict) or not isinstance(files_now, dict):
+        return None
+    changed = sorted(f for f in set(files_then) | set(files_now) if files_then.get(f) != files_now.get(f))
+    return f"files changed: {', '.join(changed[:shown])}" + (" ..." if len(changed) > shown else "")
+
+
 def changes(then: Mapping[str, Any], now: Mapping[str, Any], labels: tuple[str, str],
             shown: int) -> list[str]:
     """One line per module recorded in both entries whose source differs (or is unknown)."""
@@ -98,13 +108,7 @@ def changes(then: Mapping[str, Any], now: Mapping[str, Any], labels: tuple[str, 
             continue
         if a.get("sha256") == b.get("sha256"):
             continue
-        files_then, files_now = a.get("files"), b.get("files")
-        if isinstance(files_then, dict) and isinstance(files_now, dict):
-            changed = sorted(f for f in set(files_then) | set(files_now)
-                             if files_then.get(f) != files_now.get(f))
-            what = f"files changed: {', '.join(changed[:shown])}" + (" ..." if len(changed) > shown else "")
-        else:
-            what = "source changed"
+        what = files_changed(a, b, shown) or "source changed"
         lines.append(f"user code {name} ({b.get('path')}): {what} "
                      f"(sha256 {str(a.get('sha256'))[:12]}... {was}, {str(b.get('sha256'))[:12]}... {is_})")
     return lines
