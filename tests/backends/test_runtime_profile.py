@@ -76,3 +76,20 @@ def test_a_run_with_a_bad_setting_fails_before_any_unit(tmp_path):
         ctrlsim.run("steereval", config=SteerEvalConfig(llm="smollm2-135m@kv_reuse=1,turbo=1", users=2),
                     options=RunOptions(out=str(tmp_path / "run")), show_progress=False)
     assert not (tmp_path / "run" / "records.jsonl").exists()
+
+
+@pytest.mark.llm
+def test_every_setting_that_can_change_a_reply_is_in_the_identity_and_the_cache_key():
+    """Constructed, not loaded (weights load on the first call): `exact` names nothing, so its
+    records and cache keys are those of runs made before profiles; any other setting is named."""
+    pytest.importorskip("llama_cpp")
+    from ctrlsim.backends import load_llm
+
+    exact = load_llm("smollm2-135m@exact")
+    assert not {"kv_reuse", "n_parallel", "n_ctx", "flash_attn", "kv_streams"} & set(exact.identity)
+    fast = load_llm("smollm2-135m@kv_reuse=1,n_parallel=4,n_ctx=4096")
+    assert {k: fast.identity[k] for k in ("kv_reuse", "n_parallel", "n_ctx")} == \
+        {"kv_reuse": True, "n_parallel": 4, "n_ctx": 4096}
+    assert fast.cache_identity() == exact.cache_identity() + ":kv_reuse=1:n_parallel=4:n_ctx=4096"
+    for spec in ("smollm2-135m@kv_reuse=1", "smollm2-135m@n_parallel=1", "smollm2-135m@kv_streams=1"):
+        assert load_llm(spec).cache_identity() != exact.cache_identity(), spec

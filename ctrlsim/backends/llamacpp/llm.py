@@ -114,20 +114,29 @@ class LlamaCppLLM(LLM):
         self._grammars: dict[str, object] = {}  # schema JSON text -> LlamaGrammar (compiled once)
         self._choice_ids: dict[tuple[str, ...], list[list[int]]] = {}  # answer words -> their token ids
 
+    def numerics(self) -> dict:
+        """The runtime settings that can change a reply (batch layout, attention kernel, cache reuse,
+        context) where they differ from the `exact` profile: named only then, so the records and
+        cache keys of runs made at `exact` stay as they were, and every other run says how it was
+        computed."""
+        exact = PROFILES["exact"]
+        now = {"flash_attn": self.flash_attn, "kv_streams": self.kv_streams, "kv_reuse": self.kv_reuse,
+               "n_parallel": self.n_parallel, "n_ctx": self.n_ctx}
+        return {k: v for k, v in now.items() if v != getattr(exact, k)}
+
     @property
     def identity(self) -> dict:
         return {**super().identity, "path": str(self.model_path), "sha256": self.sha256,
-                "threads": self.n_threads, "gpu_layers": self.n_gpu_layers,
-                # Named only when on, so records and cache keys of runs made with it off stay as they were.
-                **({"flash_attn": True} if self.flash_attn else {}),
-                **({"kv_streams": True} if self.kv_streams else {})}
+                "threads": self.n_threads, "gpu_layers": self.n_gpu_layers, **self.numerics()}
 
     def cache_identity(self) -> str:
-        flash = ":flash" if self.flash_attn else ""  # its replies differ from those without, by rounding
+        # Replies computed with other numerics differ by rounding: they are cached apart.
+        marks = "".join(":flash" if k == "flash_attn" else f":{k}={int(v)}"
+                        for k, v in self.numerics().items())
         if self.sha256:
-            return f"{self.runtime}:{self.sha256}{flash}"
+            return f"{self.runtime}:{self.sha256}{marks}"
         stat = self.model_path.stat()
-        return f"{self.runtime}:{self.model_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}{flash}"
+        return f"{self.runtime}:{self.model_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}{marks}"
 
     # ----------------------------------------------------------------- loading
     @property
