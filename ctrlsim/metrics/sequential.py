@@ -81,15 +81,12 @@ def bounded_mean_sequence(values: Sequence[float], *, confidence: float = 0.95) 
     log_capital = np.logaddexp(log_up, log_down) - math.log(2)
     # A mean once rejected stays rejected: the running intersection of the sets.
     kept = ~np.logical_or.accumulate(log_capital >= math.log(1 / alpha), axis=0)
-    low = np.empty(x.size)
-    high = np.empty(x.size)
-    for i, row in enumerate(kept):
-        inside = np.flatnonzero(row)
-        if inside.size == 0:  # cannot happen at the true mean; kept as a point at the running mean
-            low[i] = high[i] = float(x[: i + 1].mean())
-            continue
-        low[i] = max(0.0, m[inside[0]] - GRID_STEP)
-        high[i] = min(1.0, m[inside[-1]] + GRID_STEP)
+    anywhere = kept.any(axis=1)
+    first = np.argmax(kept, axis=1)                               # the lowest mean kept, per t
+    last = m.size - 1 - np.argmax(kept[:, ::-1], axis=1)          # the highest
+    running = np.cumsum(x) / t  # where nothing is kept (never at the true mean): a point at the mean
+    low = np.where(anywhere, np.maximum(0.0, m[first] - GRID_STEP), running)
+    high = np.where(anywhere, np.minimum(1.0, m[last] + GRID_STEP), running)
     low = np.maximum.accumulate(low)
     high = np.minimum.accumulate(high)
     return SequenceBounds(low, np.maximum(high, low), confidence)
