@@ -37,6 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.digest_memo import file_digest  # also this module's public name
+from ctrlsim.experiments.user_code import config_strings
 
 PROVENANCE = "provenance.jsonl"
 CODE_PACKAGES = ("ctrlsim", "ctrlsim.envs", "ctrlsim.agents")
@@ -157,17 +158,6 @@ def path_digest(path: str | Path, files: Mapping[str, str] | None = None) -> str
     return digest.hexdigest()
 
 
-def _leaves(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _leaves(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _leaves(item)
-
-
 def _named_path(text: str) -> Path | None:
     """The file or folder a config string names (`x.gguf`, `llamacpp:/m/x.gguf`), if it exists."""
     if not text or "://" in text or len(text) > 4096 or "\0" in text:
@@ -189,7 +179,7 @@ def input_digests(identity: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """For every string in the config that names an existing file or folder: its resolved path and
     SHA-256, keyed by the string as the config holds it."""
     found: dict[str, dict[str, Any]] = {}
-    for text in _leaves(identity):
+    for text in config_strings(identity):
         path = _named_path(text)
         if path is None or text in found:
             continue

@@ -105,7 +105,22 @@ def _own_before_records(entry: Path) -> bool:
     return entry.name == LOCK or (entry.is_file() and ".sqlite" in entry.name)
 
 
-class RunFolder:
+class GuardedFolder:
+    """A folder ctrlsim writes artefacts into (a run folder, an audit folder): every path inside it
+    refuses symbolic links, every write is atomic with credentials cut out."""
+
+    path: Path
+
+    def file(self, name: str) -> Path:
+        """The path of artefact `name` inside the folder; no part of it may be a symbolic link."""
+        return artefact_path(self.path, name)
+
+    def write_text(self, name: str, text: str) -> Path:
+        """Write an artefact atomically, with any credentials cut out (`ctrlsim.redact`)."""
+        return atomic_write_text(self.file(name), redact_secrets(text))
+
+
+class RunFolder(GuardedFolder):
     """A run's output folder; holds the records' writer lock until `close()`.
 
     The folder is the run's own: an existing folder without `records.jsonl` (not a run folder)
@@ -210,14 +225,6 @@ class RunFolder:
         self.previous = move_aside(self.path, keep=(LOCK,))
 
     # ------------------------------------------------------------------ artefacts
-
-    def file(self, name: str) -> Path:
-        """The path of artefact `name` inside the folder; no part of it may be a symbolic link."""
-        return artefact_path(self.path, name)
-
-    def write_text(self, name: str, text: str) -> Path:
-        """Write an artefact atomically, with any credentials cut out (`ctrlsim.redact`)."""
-        return atomic_write_text(self.file(name), redact_secrets(text))
 
     def write_json(self, name: str, obj: Any) -> Path:
         return self.write_text(name, json.dumps(obj, indent=2, default=_jsonable) + "\n")

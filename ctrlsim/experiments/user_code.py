@@ -24,15 +24,17 @@ from typing import Any, Iterable, Mapping
 OWN = ("ctrlsim",)  # covered by the provenance's own source digest
 
 
-def _strings(value: Any) -> Iterable[str]:
+def config_strings(value: Any) -> Iterable[str]:
+    """Every string in a config value, at any depth (mappings' values, lists, tuples): where module
+    names and input paths are looked for. Shared with provenance's input digests."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _strings(item)
+            yield from config_strings(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _strings(item)
+            yield from config_strings(item)
 
 
 def _spec(name: str):
@@ -80,7 +82,7 @@ def user_code(identity: Mapping[str, Any], files_listed: int) -> dict[str, dict[
     in the config runs (methods already registered when the config was checked)."""
     from ctrlsim.agents.methods import method_modules
 
-    modules = [m for m in method_modules(set(_strings(identity)))
+    modules = [m for m in method_modules(set(config_strings(identity)))
                if m.partition(".")[0] not in OWN]
     return {module: module_source(module, files_listed) for module in modules}
 

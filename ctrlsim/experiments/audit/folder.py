@@ -24,6 +24,7 @@ from typing import Any
 
 from ctrlsim.errors import ConfigError, DataFileError, RunLockedError
 from ctrlsim.experiments.audit.config import AUDIT_FILE, COST_FILE, REPORT, SUMMARY
+from ctrlsim.experiments.runfolder import GuardedFolder
 
 LOCK = "audit.lock"
 OWN_FILES = (AUDIT_FILE, COST_FILE, SUMMARY, REPORT)
@@ -49,7 +50,7 @@ def is_audit_folder(path: Path) -> bool:
     return bool(models) and all(p in models or p.name in (REPORT, SUMMARY, LOCK) for p in entries)
 
 
-class AuditFolder:
+class AuditFolder(GuardedFolder):
     """An audit's output folder; holds the audit's lock until `close()` (see the module docstring)."""
 
     def __init__(self, out: str | Path, *, overwrite: bool = False):
@@ -90,19 +91,6 @@ class AuditFolder:
         self.previous = move_aside(self.path, keep=(LOCK,))
 
     # ------------------------------------------------------------------ files
-
-    def file(self, name: str) -> Path:
-        """The path of `name` inside the folder; no part of it may be a symbolic link."""
-        from ctrlsim.experiments.runfolder import artefact_path
-
-        return artefact_path(self.path, name)
-
-    def write_text(self, name: str, text: str) -> Path:
-        """Write a file atomically, with any credentials cut out (`ctrlsim.redact`)."""
-        from ctrlsim.atomic import atomic_write_text
-        from ctrlsim.redact import redact_secrets
-
-        return atomic_write_text(self.file(name), redact_secrets(text))
 
     def write_json(self, name: str, obj: Any) -> Path:
         return self.write_text(name, json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
