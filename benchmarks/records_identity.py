@@ -32,6 +32,13 @@ the current code or the other way round.
     python benchmarks/records_identity.py --against /tmp/records_before.json
     python benchmarks/records_identity.py --ref HEAD --against /tmp/records_before.json  # determinism
     python benchmarks/records_identity.py --diff A.json B.json  # two saved sides, nothing runs
+    python benchmarks/records_identity.py --against /tmp/records_before.json --llm-profile exact
+
+The last form proves that a runtime profile reproduces an older default: the working tree's runners
+get `smollm2-135m@exact` where the saved side (made before `fast` became the default) got
+`smollm2-135m`. Only that spec string is set aside: it is written as the plain model name wherever
+it occurs (flags, config fields, unit keys); every record's LLM identity, which names every runtime
+setting that differs from `exact`, is compared as written.
 
 `--save FILE` writes the normalised records of the side that ran (the ref side with `--ref`, else the
 working tree); `--against FILE` compares that side with a saved one; with neither, both sides run
@@ -223,6 +230,8 @@ def remove_worktree(side: Side) -> None:
 
 
 HASH_SEED = {"value": "0"}  # PYTHONHASHSEED of the runner processes ("random": left unset); see --hash-seed
+# The LLM spec the runners get (`LLM` plus `--llm-profile`'s suffix, e.g. smollm2-135m@exact).
+LLM_SPEC = {"value": LLM}
 
 
 def side_env(side: Side, probe_dir: Path, cache: Path | None, modules_file: Path | None) -> dict:
@@ -295,7 +304,8 @@ def run_runner(side: Side, runner: Runner, work: Path, probe_dir: Path, *, timeo
     out, cache = base / "run", base / "cache"
     cache.mkdir(parents=True)
     modules_file, log_file = base / "modules.json", base / "runner.log"
-    command = [sys.executable, "-m", "ctrlsim.experiments.cli", runner.name, "--out", str(out), *runner.flags]
+    flags = [LLM_SPEC["value"] if flag == LLM else flag for flag in runner.flags]
+    command = [sys.executable, "-m", "ctrlsim.experiments.cli", runner.name, "--out", str(out), *flags]
     env = side_env(side, probe_dir, cache, modules_file)
     log(f"[{side.label}] {runner.name}: running (log {log_file})")
     started = time.perf_counter()
@@ -325,7 +335,8 @@ def run_runner(side: Side, runner: Runner, work: Path, probe_dir: Path, *, timeo
             proc.wait()
             raise
     seconds = time.perf_counter() - started
-    result: dict = {"flags": list(runner.flags), "seconds": round(seconds, 1), "error": None}
+    result: dict = {"flags": [plain_spec(f, LLM_SPEC["value"]) for f in flags], "seconds": round(seconds, 1),
+                    "error": None, "llm_spec": LLM_SPEC["value"]}
     if code != 0:
         tail = log_file.read_text(errors="replace")[-2500:]
         why = f"timed out after {timeout:.0f} s" if code is None else f"exited with {code}"
@@ -336,8 +347,9 @@ def run_runner(side: Side, runner: Runner, work: Path, probe_dir: Path, *, timeo
     if records_file.exists():
         header, records = read_records(records_file)
         dropped: set[str] = set()
-        result["header"] = normalise(header, dropped, "header")
-        result["records"] = {k: normalise(v, dropped) for k, v in records.items()}
+        result["header"] = normalise(header, dropped, "header", spec=LLM_SPEC["value"])
+        result["records"] = {plain_spec(k, LLM_SPEC["value"]): normalise(v, dropped, spec=LLM_SPEC["value"])
+                             for k, v in records.items()}
         result["dropped"] = sorted(dropped)
     else:
         result["header"], result["records"] = None, {}
@@ -368,7 +380,7 @@ def run_side(side: Side, runners: list[Runner], work: Path, probe_dir: Path, *, 
         log(f"[{side.label}] ({n}/{len(runners)}) {runner.name} {' '.join(runner.flags)}")
         results[runner.name] = run_runner(side, runner, work, probe_dir, timeout=timeout, heartbeat=heartbeat)
     meta = {**side.meta, "imports": files, "python": platform.python_version(), "host": platform.node(),
-            "pythonhashseed": HASH_SEED["value"],
+            "pythonhashseed": HASH_SEED["value"], "llm_spec": LLM_SPEC["value"],
             "when": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.perf_counter() - started, 1)}
     log(f"[{side.label}] all runners done in {meta['seconds']:.0f} s")
     return {"format": FORMAT, "meta": meta, "timing_keys": sorted(TIMING_KEYS), "runners": results}
@@ -391,8 +403,18 @@ def read_records(path: Path) -> tuple[dict, dict[str, dict]]:
     return header, records
 
 
-def normalise(value, dropped: set | None = None, path: str = ""):
-    """`value` without the timing fields, at every depth; their paths go to `dropped`."""
+def plain_spec(text, spec: str):
+    """`text` with the LLM spec the runners were given written as the plain model name (`LLM`)."""
+    return text.replace(spec, LLM) if isinstance(text, str) and spec != LLM else text
+
+
+def normalise(value, dropped: set | None = None, path: str = "", *, spec: str = LLM):
+    """`value` without the timing fields, at every depth (their paths go to `dropped`), and with the
+    LLM spec the runners were given (`spec`, e.g. `smollm2-135m@exact` under `--llm-profile exact`)
+    written as the plain model name wherever it occurs (config fields, unit keys such as
+    PromptShift's `<llm>/<user>`), so that only the spec string the user typed is set aside; the
+    LLM identity in every record (model, file, every runtime setting that differs from `exact`) is
+    compared as written."""
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
@@ -401,11 +423,11 @@ def normalise(value, dropped: set | None = None, path: str = ""):
                 if dropped is not None:
                     dropped.add(here)
             else:
-                out[k] = normalise(v, dropped, here)
+                out[plain_spec(k, spec)] = normalise(v, dropped, here, spec=spec)
         return out
     if isinstance(value, list):
-        return [normalise(v, dropped, f"{path}[]") for v in value]
-    return value
+        return [normalise(v, dropped, f"{path}[]", spec=spec) for v in value]
+    return plain_spec(value, spec)
 
 
 # --------------------------------------------------------------------------------- comparison
@@ -553,6 +575,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--hash-seed", default="0",
                         help="PYTHONHASHSEED of the runners ('random': unset, to test that records do not "
                              "depend on set/dict-of-str order)")
+    parser.add_argument("--llm-profile", metavar="NAME",
+                        help="run the LLM with this runtime profile (`--llm-profile exact`: "
+                             "smollm2-135m@exact), to prove that a profile reproduces the records of a "
+                             "commit whose default it was")
     parser.add_argument("--show-records", type=int, default=3, help="differing records shown per runner")
     parser.add_argument("--show-paths", type=int, default=5, help="differing JSON paths shown per record")
     args = parser.parse_args(argv)
@@ -570,9 +596,11 @@ def load_side(path: str) -> dict:
     data = json.loads(Path(path).read_text())
     if data.get("format") != FORMAT:
         raise SystemExit(f"{path}: not a records_identity file (format {data.get('format')!r})")
+    spec = data["meta"].get("llm_spec", LLM)  # files saved before --llm-profile ran the plain spec
     for result in data["runners"].values():  # the current rules may drop more than the saved ones
-        result["header"] = normalise(result["header"])
-        result["records"] = {k: normalise(v) for k, v in result["records"].items()}
+        result["header"] = normalise(result["header"], spec=spec)
+        result["records"] = {plain_spec(k, spec): normalise(v, spec=spec)
+                             for k, v in result["records"].items()}
     return data
 
 
@@ -585,6 +613,7 @@ def save_side(side: dict, path: str) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     HASH_SEED["value"] = args.hash_seed
+    LLM_SPEC["value"] = f"{LLM}@{args.llm_profile}" if args.llm_profile else LLM
     if args.diff:
         before, after = load_side(args.diff[0]), load_side(args.diff[1])
         print(describe(before, "before"))

@@ -202,21 +202,19 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
             last_tables[:] = [time.perf_counter(), time.perf_counter() - began]
             return blocks
 
-        # A unit's cost: wall seconds since the previous record arrived (or its wave started).
-        last_arrival = [time.perf_counter()]
+        clock = cost.UnitClock()  # a unit's cost: since the previous record arrived (or its wave started)
         unit_seconds: list[float] = []
 
         def on_record(key: str, record: dict) -> None:
             nonlocal ran
-            seconds = time.perf_counter() - last_arrival[0]
-            last_arrival[0] = time.perf_counter()
+            seconds, cpu_seconds = clock.lap()
             # Only finished units are ever stored (the store also skips older folders' failure
             # records when it loads them), so the store's records are the finished ones.
             if is_failure(record):  # never stored: a rerun retries the unit
                 failed[key] = record["error"]
                 return
             store.add(key, record)
-            cost.record_unit(folder.path, key, seconds)
+            cost.record_unit(folder.path, key, seconds, cpu_seconds)
             unit_seconds.append(seconds)
             ran += 1
             if runner.on_stored is not None:
@@ -257,7 +255,7 @@ def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, sho
                 unit_fn = partial(unit_with_exchange_settings, exchanges, partial(call_unit, runner.unit_fn))
                 payload = UnitPayload(runner.payload(ctx), run_settings(ctx, in_units=True),
                                       {k: specs[k] for k in todo})
-                last_arrival[0] = time.perf_counter()
+                clock.restart(in_process=executor.kind == "local")
                 executor.run(unit_fn, payload, todo, on_record,
                              progress=show_progress, desc=f"{runner.name} {runner.unit_name}")
         except KeyboardInterrupt:  # Ctrl-C: stop now (no tables rebuilt); what finished is stored

@@ -42,13 +42,16 @@ def runner_of(folder: Path) -> Runner:
 
 def report_of(ctx: RunContext, records: dict[str, dict]) -> list:
     """The report a run folder shows: the runner's blocks, then the framework's (a sized run's
-    confidence sequences, `ctrlsim.experiments.sizing`)."""
+    confidence sequences, `ctrlsim.experiments.sizing`; the measured cost of the units,
+    `ctrlsim.experiments.cost`)."""
+    from ctrlsim.experiments.cost import cost_blocks
     from ctrlsim.experiments.sizing import sizing_blocks
     from ctrlsim.experiments.tables import report_blocks
 
     blocks = report_blocks(ctx.runner.report(ctx, records))
     if ctx.folder is not None:
         blocks += sizing_blocks(ctx.folder.path, ctx.runner, ctx.config, records)
+        blocks += cost_blocks(ctx.folder.path, ctx.runner, ctx.config, records)
     return blocks
 
 

@@ -170,6 +170,10 @@ class Runner:
     # Per-observation scores for the reliability tools: noise runs, probe-model sensitivity, sized
     # runs (`ctrlsim.experiments.scores`).
     scores: Scores | None = None
+    # The cost table's unit (`ctrlsim.experiments.cost.table`): what one decision is ("one probe's
+    # choice on one slate") and how many a stored record holds, `decisions(config, key, record)`.
+    decision_name: str = ""
+    decisions: Callable[[Any, str, dict], int | None] | None = None
 
     def out_for(self, options: RunOptions) -> Path:
         return Path(options.out or self.default_out or f"results/{self.name}")

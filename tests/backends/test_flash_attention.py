@@ -15,8 +15,8 @@ def test_flash_attention_reaches_both_contexts_and_is_recorded_only_when_on(monk
     pytest.importorskip("llama_cpp")
     import llama_cpp
 
-    on = load_llm("smollm2-135m@flash_attn=1")
-    off = load_llm("smollm2-135m", flash_attn=False)
+    on = load_llm("smollm2-135m@exact@flash_attn=1")
+    off = load_llm("smollm2-135m@exact")
     try:
         assert on.identity["flash_attn"] is True and "flash_attn" not in off.identity
         assert on.cache_identity() == off.cache_identity() + ":flash"
@@ -33,7 +33,7 @@ def test_flash_attention_reaches_both_contexts_and_is_recorded_only_when_on(monk
 
 
 @pytest.mark.llm
-def test_ratings_and_replies_with_flash_attention_stay_within_its_documented_noise(qwen05):
+def test_ratings_and_replies_with_flash_attention_stay_within_its_documented_noise():
     """docs/performance.md: on the benchmark model flash attention moves ratings by up to about
     0.06, a liked item still rates above a disliked one, and greedy replies to clear prompts are
     the same (on the 135M model near-ties already split "2 + 2 = 4" from "The answer is 4.")."""
@@ -42,14 +42,15 @@ def test_ratings_and_replies_with_flash_attention_stay_within_its_documented_noi
               {"role": "user", "content": f"User profile: {profile}\n\nHow much would this user enjoy the "
                                           f"movie {item}? Rate it from 0 (not at all) to 5 (very much)."}]
              for item in ("Star Wars (1977)", "Alien (1979)", "Pretty Woman (1990)", "Notting Hill (1999)")]
-    qwen05.reset_kv()
-    off = np.array(qwen05.rate(convs))
-    off_replies = [r.text for r in qwen05.chat(PROMPTS, max_tokens=8)]
-    flash = load_llm("qwen2.5-0.5b", flash_attn=True)
+    # flash attention alone changed from the exact profile (the default profile has it on)
+    exact, flash = load_llm("qwen2.5-0.5b@exact"), load_llm("qwen2.5-0.5b@exact@flash_attn=1")
     try:
+        off = np.array(exact.rate(convs))
+        off_replies = [r.text for r in exact.chat(PROMPTS, max_tokens=8)]
         on = np.array(flash.rate(convs))
         on_replies = [r.text for r in flash.chat(PROMPTS, max_tokens=8)]
     finally:
+        exact.close()
         flash.close()
     assert np.abs(on - off).max() <= 0.08
     assert on[:2].mean() > on[2:].mean()

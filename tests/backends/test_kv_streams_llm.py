@@ -29,9 +29,10 @@ def texts(replies):
 
 
 def pair(base, **options):
-    """The same model with a unified cache and with streams (small contexts keep the test light)."""
-    settings = dict(n_ctx=1024, n_parallel=3, **options)
-    return (LlamaCppLLM(base.model_path, model_id=base.model_id, **settings),
+    """The same model with a unified cache and with streams, every other setting at the exact profile
+    (small contexts keep the test light)."""
+    settings = {"n_ctx": 1024, "n_parallel": 3, "kv_reuse": False, "flash_attn": False, **options}
+    return (LlamaCppLLM(base.model_path, model_id=base.model_id, kv_streams=False, **settings),
             LlamaCppLLM(base.model_path, model_id=base.model_id, kv_streams=True, **settings))
 
 
@@ -151,3 +152,31 @@ def test_a_reply_gets_the_rest_of_its_stream_as_the_sequential_context_gives_it(
         assert reply.finish_reason == "length"
     finally:
         streams.close()
+
+
+def test_streams_grow_with_the_longest_sequence_and_their_size_changes_no_number(smol):
+    """Streams take their cells up front, so they start at 2,048 cells and grow in powers of two to
+    `n_ctx` as a call needs; the logits of one prompt are the same in streams of any size."""
+    from ctrlsim.backends.llamacpp.llm import STREAM_MIN_CELLS
+
+    short = [[{"role": "user", "content": f"Rate the film number {i} from 0 to 5 with one digit."}]
+             for i in range(4)]
+    long = [[{"role": "system", "content": FILLER * 7}, {"role": "user", "content": "Say OK."}]]
+    growing = LlamaCppLLM(smol.model_path, model_id=smol.model_id, n_ctx=8192, n_parallel=3, kv_streams=True)
+    fixed = LlamaCppLLM(smol.model_path, model_id=smol.model_id, n_ctx=8192, n_parallel=3, kv_streams=True)
+    fixed.stream_cells = lambda need: 8192  # streams at the full n_ctx from the start
+    try:
+        small = growing.rate(short)
+        assert growing._parallel.per_stream == STREAM_MIN_CELLS == 2048
+        need = len(growing.tokenize(growing.render(long[0]))) + 4
+        assert 2048 < need <= 4096  # the filler needs the next power of two
+        growing.chat(long, max_tokens=4)
+        assert growing._parallel.per_stream == 4096
+        growing.rate(short)  # a shorter call keeps the grown streams
+        assert growing._parallel.per_stream == 4096
+        # the same calls in streams of 8,192 cells: the same numbers (a later call's numbers depend
+        # on what KV reuse kept from earlier calls, so only first calls are compared)
+        assert np.array_equal(small, fixed.rate(short)) and fixed._parallel.per_stream == 8192
+    finally:
+        growing.close()
+        fixed.close()

@@ -68,8 +68,9 @@ def test_prefix_reuse_gives_the_same_ratings_with_fewer_evaluated_tokens(smol, n
         smol.n_parallel = 16
     full_cost = sum(len(smol.tokenize(smol.render(p, "Rating: "))) for p in prompts)
     # llama.cpp's CPU logits depend slightly on how tokens were split into batches (parallel
-    # sequences share each ubatch); on this tiny model that moves a rating by up to ~0.06.
-    assert np.allclose(shared, separately, atol=0.02 if n_parallel == 1 else 0.1)
+    # sequences share each ubatch, a cached prefix is evaluated apart from its suffix): on this
+    # tiny model, at the default profile, by up to 0.156 (docs/performance.md, "Same results?").
+    assert np.allclose(shared, separately, atol=0.16)
     assert reused_cost < 0.5 * full_cost
 
 

@@ -88,8 +88,9 @@ def test_ratings_agree_with_reuse_on_and_off_within_005(qwen05):
 
 @pytest.mark.parametrize("host_mb", [0, 64])
 def test_a_small_kv_budget_evicts_or_parks_and_still_gives_the_same_replies(smol, host_mb):
+    # the unified cache's budget is what is tested: streams (the default) hold no shared budget
     small = LlamaCppLLM(smol.model_path, n_ctx=512, parallel_ctx=512, n_parallel=2, kv_slots=5,
-                        kv_reuse=True, kv_host_mb=host_mb)
+                        kv_reuse=True, kv_host_mb=host_mb, kv_streams=False)
     try:
         prompts = [[{"role": "user", "content": f"Count from 1 to {n}, separated by commas."}]
                    for n in (3, 4)]

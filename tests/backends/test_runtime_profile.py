@@ -8,6 +8,7 @@ from ctrlsim.errors import ConfigError
 
 EXACT = dict(kv_reuse=False, flash_attn=False, kv_streams=False, n_parallel=16, n_ctx=8192,
              n_gpu_layers=0, kv_host_mb=2048)
+FAST = {**EXACT, "kv_reuse": True, "flash_attn": True, "kv_streams": True}  # the default profile
 
 
 def test_a_spec_without_settings_has_no_profile():
@@ -18,12 +19,18 @@ def test_a_spec_without_settings_has_no_profile():
 
 def test_settings_and_profiles_are_read_from_the_right():
     assert split_profile("qwen2.5-0.5b@exact") == ("qwen2.5-0.5b", RuntimeProfile(**EXACT))
-    model, profile = split_profile("qwen2.5-0.5b@bf16@kv_reuse=1,flash_attn=on@n_parallel=4")
+    assert split_profile("qwen2.5-0.5b@fast") == ("qwen2.5-0.5b", RuntimeProfile(**FAST))
+    model, profile = split_profile("qwen2.5-0.5b@bf16@exact@kv_reuse=1,flash_attn=on@n_parallel=4")
     assert model == "qwen2.5-0.5b@bf16"
     assert profile == RuntimeProfile(**{**EXACT, "kv_reuse": True, "flash_attn": True, "n_parallel": 4})
+    # settings without a profile name change the default profile (fast)
+    assert split_profile("qwen2.5-0.5b@kv_streams=0")[1] == RuntimeProfile(**{**FAST, "kv_streams": False})
     # written left to right, a later setting wins
     assert split_profile("m.gguf@exact@n_parallel=2@n_parallel=3")[1].n_parallel == 3
-    assert split_profile("/x/m.gguf@n_gpu_layers=-1")[1].differences() == {"n_gpu_layers": -1}
+    # what a profile changes from exact (the default when no other is given)
+    assert split_profile("/x/m.gguf@exact@n_gpu_layers=-1")[1].differences() == {"n_gpu_layers": -1}
+    assert split_profile("/x/m.gguf@n_gpu_layers=-1")[1].differences() == \
+        {"kv_reuse": True, "flash_attn": True, "kv_streams": True, "n_gpu_layers": -1}
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -59,7 +66,9 @@ def test_the_spec_reaches_the_backend_and_the_environment_does_not(monkeypatch):
                  "CTRLSIM_N_CTX", "CTRLSIM_GPU_LAYERS", "CTRLSIM_KV_HOST_MB"):
         monkeypatch.setenv(name, "1")
     plain = load_llm("smollm2-135m")
-    assert {k: getattr(plain, k) for k in EXACT} == EXACT
+    assert {k: getattr(plain, k) for k in FAST} == FAST
+    exact = load_llm("smollm2-135m@exact")
+    assert {k: getattr(exact, k) for k in EXACT} == EXACT
     tuned = load_llm("smollm2-135m@kv_reuse=1,flash_attn=1,kv_streams=1@n_parallel=4@n_ctx=4096@kv_host_mb=0")
     assert (tuned.kv_reuse, tuned.flash_attn, tuned.kv_streams) == (True, True, True)
     assert (tuned.n_parallel, tuned.n_ctx, tuned.kv_host_mb) == (4, 4096, 0)
@@ -87,9 +96,15 @@ def test_every_setting_that_can_change_a_reply_is_in_the_identity_and_the_cache_
 
     exact = load_llm("smollm2-135m@exact")
     assert not {"kv_reuse", "n_parallel", "n_ctx", "flash_attn", "kv_streams"} & set(exact.identity)
-    fast = load_llm("smollm2-135m@kv_reuse=1,n_parallel=4,n_ctx=4096")
-    assert {k: fast.identity[k] for k in ("kv_reuse", "n_parallel", "n_ctx")} == \
+    tuned = load_llm("smollm2-135m@exact@kv_reuse=1,n_parallel=4,n_ctx=4096")
+    assert {k: tuned.identity[k] for k in ("kv_reuse", "n_parallel", "n_ctx")} == \
         {"kv_reuse": True, "n_parallel": 4, "n_ctx": 4096}
-    assert fast.cache_identity() == exact.cache_identity() + ":kv_reuse=1:n_parallel=4:n_ctx=4096"
-    for spec in ("smollm2-135m@kv_reuse=1", "smollm2-135m@n_parallel=1", "smollm2-135m@kv_streams=1"):
+    assert tuned.cache_identity() == exact.cache_identity() + ":kv_reuse=1:n_parallel=4:n_ctx=4096"
+    for spec in ("smollm2-135m@exact@kv_reuse=1", "smollm2-135m@exact@n_parallel=1",
+                 "smollm2-135m@exact@kv_streams=1"):
         assert load_llm(spec).cache_identity() != exact.cache_identity(), spec
+    # the default (fast) profile names its three settings in the identity and the cache key
+    default = load_llm("smollm2-135m")
+    assert {k: default.identity[k] for k in ("kv_reuse", "flash_attn", "kv_streams")} == \
+        {"kv_reuse": True, "flash_attn": True, "kv_streams": True}
+    assert default.cache_identity() == exact.cache_identity() + ":flash:kv_streams=1:kv_reuse=1"

@@ -127,6 +127,14 @@ def test_failed_units_are_retried_and_a_finished_run_resumes_to_nothing(name, tm
     assert (out / "tables.md").read_text(encoding="utf-8") == render_markdown(blocks_from_json(stored)) \
         == again.markdown
     assert list(again.tables) == list(report_tables(blocks_from_json(stored)))
+    # Every run's tables end with the measured cost of its units (ctrlsim.experiments.cost.table).
+    from ctrlsim.experiments.cost import TITLE
+
+    cost = again.tables[TITLE]
+    units = len(_stored(out))
+    assert cost["units measured"].tolist() == [f"{units} of {units}"]
+    assert int(cost["decisions"].iloc[0].replace(",", "")) > 0
+    assert float(cost["CPU s"].iloc[0].replace(",", "")) > 0
 
 
 @pytest.mark.llm

@@ -20,6 +20,7 @@ import importlib.util
 import weakref
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from ctrlsim.backends.llm import (
 from ctrlsim.backends.token_scores import choice_token_ids, digit_logprobs_from_logits, digit_token_ids
 from ctrlsim.errors import ConfigError, MissingDependencyError, ModelError, PromptTooLongError
 from ctrlsim.lazy import lazy
+
+if TYPE_CHECKING:
+    from ctrlsim.backends.llamacpp.parallel import ParallelContext
 
 
 def _release(resources: list) -> None:
@@ -55,6 +59,8 @@ MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context can h
 _DEFAULTS = PROFILES[DEFAULT_PROFILE]
 # Default KV cells of the unified parallel context, shared by all its sequences.
 PARALLEL_CELLS = 16384
+# The smallest KV stream (cells): streams grow in powers of two up to `n_ctx` as sequences need.
+STREAM_MIN_CELLS = 2048
 
 
 class LlamaCppLLM(LLM):
@@ -105,7 +111,7 @@ class LlamaCppLLM(LLM):
         # One KV stream of n_ctx cells per parallel sequence instead of one unified cache: a token
         # attends only over its own sequence (docs/performance.md, "Separate KV streams").
         self.kv_streams = kv_streams
-        self._parallel = None  # the ParallelContext, created on first parallel use
+        self._parallel: ParallelContext | None = None  # created on first parallel use
         # What is open, in the order it was opened; closed by `close()` or, at the latest, at interpreter
         # exit while llama_cpp's module is still intact (its own __del__ then would find it half torn down).
         self._open: list = []
@@ -174,8 +180,16 @@ class LlamaCppLLM(LLM):
         self._open.append(llm)
         return llm
 
-    def _parallel_context(self):
-        """The parallel-sequence context for `n_parallel` workers (rebuilt if that setting changed)."""
+    def stream_cells(self, need: int) -> int:
+        """Cells of each KV stream for a call whose longest sequence needs `need` cells: the smallest
+        power of two from `STREAM_MIN_CELLS` that holds it, at most `n_ctx`. Streams take their cells
+        up front (17 streams of 8,192 cells hold 3.2 GB for `smollm2-135m`), so they grow with the
+        longest conversation seen instead of starting at `n_ctx`."""
+        return min(self.n_ctx, max(STREAM_MIN_CELLS, 1 << max(need - 1, 1).bit_length()))
+
+    def _parallel_context(self, need: int = 0):
+        """The parallel-sequence context for `n_parallel` workers, rebuilt if that setting changed or,
+        with KV streams, if a sequence needs `need` cells and the streams are smaller."""
         from ctrlsim.backends.llamacpp.kv import HostStash
         from ctrlsim.backends.llamacpp.parallel import ParallelContext
 
@@ -188,14 +202,16 @@ class LlamaCppLLM(LLM):
         slots = self.n_parallel + 1 if streams else unified_slots
         wanted = (self.n_parallel, slots, streams)
         current = self._parallel and (self._parallel.workers, self._parallel.n_seq, self._parallel.streams)
-        if self._parallel is None or current != wanted:
+        have = self._parallel.per_stream if self._parallel is not None and current == wanted else 0
+        per_stream = max(self.stream_cells(need), have)  # streams grow, never shrink
+        if self._parallel is None or current != wanted or (streams and per_stream > have):
             if self._parallel is not None:
                 self._sequential_evaluated += self._parallel.evaluated_tokens
                 self._open.remove(self._parallel)
                 self._parallel.close()
-            # Streams: each holds one sequence, so each gets the sequential context's size.
+            # Streams: each holds one sequence, so each gets what the longest sequence needs.
             self._parallel = ParallelContext(llm, n_seq=slots, workers=self.n_parallel,
-                                             n_ctx=self.n_ctx if streams else self.parallel_ctx,
+                                             n_ctx=per_stream if streams else self.parallel_ctx,
                                              n_batch=max(self.n_batch, 512), n_threads=self.n_threads,
                                              reuse=self.kv_reuse, host_bytes=self.kv_host_mb << 20,
                                              streams=streams)
@@ -293,7 +309,8 @@ class LlamaCppLLM(LLM):
         limits = [min(params.max_tokens, self.n_ctx - len(k[0])) for k in keys]
         grammar = self.grammar_for(params.json_schema) if params.json_schema is not None else None
         try:
-            replies = self._parallel_context().generate(
+            need = max(len(k[0]) + limit for k, limit in zip(keys, limits))
+            replies = self._parallel_context(need).generate(
                 [list(k[0]) for k in keys], limits, stop=params.stop, grammar=grammar,
                 temperature=params.temperature, top_p=params.top_p, seeds=[k[1] for k in keys])
         except RuntimeError as exc:
@@ -326,7 +343,7 @@ class LlamaCppLLM(LLM):
             return []
         token_lists = [self.tokenize(self.render(conv, prefix)) for conv in conversations]
         if self.n_parallel > 1:
-            rows = self._parallel_context().last_logits(token_lists)
+            rows = self._parallel_context(max(map(len, token_lists)) + 1).last_logits(token_lists)
         else:
             # Sorted order puts prompts that share a prefix next to each other.
             order = sorted(range(len(token_lists)), key=lambda i: token_lists[i])

@@ -127,6 +127,7 @@ class ParallelContext:
         self.n_seq, self.workers, self.n_ctx, self.n_batch = n_seq, workers, n_ctx, n_batch
         self.n_vocab = llama.n_vocab()
         self.streams = streams
+        self.per_stream = per_stream if streams else 0  # cells of each KV stream (0: a unified cache)
         stash = HostStash(host_bytes) if host_bytes > 0 else None
         self.pool: SlotPool | StreamPool = (
             StreamPool(self, workers=workers, per_slot=per_stream, reuse=reuse, stash=stash) if streams

@@ -7,8 +7,9 @@ A model spec names them after the model, each setting or profile after an `@`:
     /models/own.gguf@exact@n_ctx=4096
 
 so they are part of the spec string a config stores (and `config.json` records), never of the
-environment. A profile name (`exact`) sets every field at once; `key=value` settings after it
-override single fields. The settings:
+environment. A profile name (`fast`, `exact`) sets every field at once; `key=value` settings after
+it override single fields, and without a profile name they override the default profile (`fast`).
+The settings:
 
   kv_reuse      keep KV prefixes between calls (each prompt evaluates only its new tokens)
   flash_attn    llama.cpp's flash-attention kernel (rounds differently)
@@ -18,8 +19,11 @@ override single fields. The settings:
   n_gpu_layers  layers offloaded to a GPU (-1: all; needs a GPU build of llama.cpp)
   kv_host_mb    host memory (MiB) for KV states parked beside a reused cache (0: none)
 
-`exact` is today's default: every reply from an empty KV cache, the unified cache, no flash
-attention, so a seeded reply replays exactly and runs made before profiles existed compare.
+`fast` is the default: KV prefixes kept between the calls of one unit, flash attention and a KV
+stream per sequence, the fastest combination measured (docs/performance.md). `exact` replays the
+numerics of runs made before profiles existed: every reply from an empty KV cache, the unified
+cache, no flash attention. The LLM's identity and response-cache key name every setting that
+differs from `exact`, so a record says which profile computed it.
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ _TRUE, _FALSE = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
 @dataclass(frozen=True)
 class RuntimeProfile:
     """llama.cpp settings that can change a reply (see the module docstring); field names are
-    `LlamaCppLLM`'s keyword arguments."""
+    `LlamaCppLLM`'s keyword arguments. The field defaults are the `exact` profile."""
 
     kv_reuse: bool = False
     flash_attn: bool = False
@@ -69,9 +73,14 @@ class RuntimeProfile:
         return {k: v for k, v in self.options().items() if base[k] != v}
 
 
-# Named profiles: a spec segment with one of these names sets every field.
-PROFILES: dict[str, RuntimeProfile] = {"exact": RuntimeProfile()}
-DEFAULT_PROFILE = "exact"
+# Named profiles: a spec segment with one of these names sets every field. `exact` replays runs made
+# before profiles existed; `fast`, the default, is the fastest combination measured
+# (docs/performance.md, "Fast by default").
+PROFILES: dict[str, RuntimeProfile] = {
+    "exact": RuntimeProfile(),
+    "fast": RuntimeProfile(kv_reuse=True, flash_attn=True, kv_streams=True),
+}
+DEFAULT_PROFILE = "fast"
 SETTINGS = tuple(f.name for f in dataclasses.fields(RuntimeProfile))
 
 

@@ -6,7 +6,8 @@ from ctrlsim.experiments.config import config_to_dict
 from ctrlsim.experiments.runner import Runner
 
 RUNNER = Runner(name="calibrate", config_cls=config.CalibrateConfig, description=config.__doc__,
-                unit_fn=units.run_unit, plan=units.plan,
+                unit_fn=units.run_unit, decisions=units.decisions, decision_name=units.DECISION,
+                plan=units.plan,
                 report=report.report, figures=report.figures, check=units.check,
                 identity=lambda ctx: config_to_dict(ctx.config),
                 extensible=("methods", "dials", "seeds", "compare"), llm_fields=("llm",),

@@ -66,3 +66,17 @@ def check(ctx) -> None:
 
 def plan(ctx, finished) -> list[CalibrationUnit]:
     return ctx.config.units()
+
+
+DECISION = ("as in the calibrated protocol: one probe's choice on one slate (ctrlbench), one profile "
+            "edit (steereval), one generated list (promptshift)")
+
+
+def decisions(config, key: str, record: dict) -> int:
+    """From the unit's details: ctrlbench's probes x rounds, SteerEval's scenarios, PromptShift's calls."""
+    details = record.get("details") or {}
+    if "probes" in details:
+        return int(details["probes"]) * config.rounds
+    if "scenarios" in details:
+        return int(details["scenarios"])
+    return int(details.get("calls") or 0)

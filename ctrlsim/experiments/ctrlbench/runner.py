@@ -5,7 +5,8 @@ from ctrlsim.experiments.ctrlbench import config, inputs, observe, reliability, 
 from ctrlsim.experiments.runner import Runner
 
 RUNNER = Runner(name="ctrlbench", config_cls=config.CtrlBenchConfig, description=config.__doc__,
-                unit_fn=units.episode_unit, plan=units.plan,
+                unit_fn=units.episode_unit, decisions=units.decisions, decision_name=units.DECISION,
+                plan=units.plan,
                 report=report.report, figures=report.figures, check=inputs.check, identity=inputs.identity,
                 resolved=inputs.resolved, from_identity=inputs.from_identity, on_stored=report.write_roster,
                 extensible=("methods", "recommenders", "targets", "seeds"),

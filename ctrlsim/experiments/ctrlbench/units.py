@@ -57,3 +57,11 @@ def episode_unit(config: CtrlBenchConfig, unit: UnitContext) -> dict:
 
 def plan(ctx, finished) -> list[Episode]:
     return ctx.config.episodes()
+
+
+DECISION = "one probe's choice on one slate (one round of one probe)"
+
+
+def decisions(config, key: str, record: dict) -> int:
+    """Rounds the episode's probes played, whatever their policy (LLM, scripted, random)."""
+    return sum(len(p.get("rounds") or ()) for p in record.get("probes") or ())

@@ -74,3 +74,17 @@ def plan(ctx: RunContext, finished) -> list[Evaluation]:
     if result is None or result.stopped_after is not None:
         return []
     return ([Evaluation()] if ctx.config.eval_rounds > 0 else []) + [Evaluation(n) for n in ctx.config.levels]
+
+
+DECISION = ("one probe's choice on one slate (interaction and evaluation rounds; the debates and merges "
+            "make none, their cost and tokens still count)")
+
+
+def decisions(config, key: str, record: dict) -> int:
+    """Probe decisions of a stored phase or evaluation (`probes` x rounds)."""
+    probes = int(record.get("probes") or 0)
+    if key.startswith("phase/interact"):
+        return probes * config.rounds_per_merge
+    if key.startswith("phase/"):
+        return 0
+    return probes * int(record.get("rounds") or config.eval_rounds)

@@ -111,3 +111,10 @@ def check(ctx) -> None:
 def plan(ctx, finished) -> list[str]:
     return list(UNITS)
 
+
+DECISION = "one probe's like/skip choice on one slate (one round of one probe)"
+
+
+def decisions(config, key: str, record: dict) -> int:
+    """The episode's probe decisions (the ceiling's beam search makes none; its cost still counts)."""
+    return len(record.get("roster") or ()) * config.rounds if key == "episode" else 0

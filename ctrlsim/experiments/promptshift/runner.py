@@ -6,6 +6,7 @@ from ctrlsim.experiments.runner import Runner
 
 RUNNER = Runner(name="promptshift", config_cls=config.PromptShiftConfig,
                 description=(config.__doc__ or "").split("\n\n")[0], unit_fn=units.generate_user_lists,
+                decisions=units.decisions, decision_name=units.DECISION,
                 plan=units.plan, report=report.report, figures=report.save_figures, check=units.check,
                 prepare=units.prepare, identity=units.identity, from_identity=units.from_identity,
                 extensible=("config.llms",), llm_fields=("llms",), dial_fields=("llms",),

@@ -150,3 +150,10 @@ def prepare(ctx: RunContext) -> None:
 
 def plan(ctx: RunContext, finished) -> list[UserLists]:
     return ctx.config.units(ctx.state["users"])
+
+
+DECISION = "one generated candidate list (one prompt of one user)"
+
+
+def decisions(config, key: str, record: dict) -> int:
+    return len(record.get("lists") or ())

@@ -221,3 +221,10 @@ def prepare(ctx: RunContext) -> None:
 
 def plan(ctx: RunContext, finished) -> list[SteerEvalEpisode]:
     return episodes(ctx.config, ctx.state["scenarios"])
+
+
+DECISION = "one profile edit, scored on the candidate pool (one scenario)"
+
+
+def decisions(config, key: str, record: dict) -> int:
+    return 1

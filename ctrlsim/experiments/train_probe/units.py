@@ -51,3 +51,10 @@ def plan(ctx: RunContext, finished: Mapping[str, dict]) -> list[str]:
 def unit(config: TrainProbeConfig, unit: UnitContext) -> dict:
     # Reached only if `prepare` stored no record: a failure of the unit, never a result.
     raise RuntimeError("the policy was not trained in the driver (train-probe trains in `prepare`)")
+
+
+DECISION = "one environment step of PPO training (a timestep: one choice on one slate)"
+
+
+def decisions(config, key: str, record: dict) -> int:
+    return int(record.get("timesteps") or 0)

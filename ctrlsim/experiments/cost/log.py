@@ -2,7 +2,8 @@
 
 The driver times each stored unit (wall seconds from the previous record's arrival, or from the
 wave's start: a unit's share of the run as the executor ran it, model loading included in the
-first) and appends it to the run folder's `unit-seconds.jsonl`. When a run ends it adds one line
+first; and the process's CPU seconds over the same span where the units run in this process) and
+appends it to the run folder's `unit-seconds.jsonl`. When a run ends it adds one line
 to `$CTRLSIM_CACHE/unit-seconds.jsonl`: the runner, a signature of its config without the fields
 that only add units (seeds, methods, boxes), and the median seconds per unit. Before any model
 loads, the driver prints the planned units and an estimate of their cost from (first found)
@@ -62,19 +63,48 @@ def _read_lines(path: Path) -> list[dict]:
     return rows
 
 
-def folder_seconds(folder: Path, finished: Iterable[str]) -> dict[str, float]:
-    """Measured seconds of the finished units of a run folder (unit key -> seconds)."""
+class UnitClock:
+    """Wall and CPU seconds since the previous record arrived (or the wave started). CPU time is
+    this process's, every thread counted (llama.cpp's included): a unit's only where the executor
+    runs units in this process; elsewhere (Ray workers) it is None."""
+
+    def __init__(self) -> None:
+        self.in_process = True
+        self.restart()
+
+    def restart(self, in_process: bool | None = None) -> None:
+        if in_process is not None:
+            self.in_process = in_process
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> tuple[float, float | None]:
+        wall, cpu = time.perf_counter() - self._wall, time.process_time() - self._cpu
+        self.restart()
+        return wall, (cpu if self.in_process else None)
+
+
+def folder_units(folder: Path, finished: Iterable[str]) -> dict[str, dict]:
+    """The measured lines of a run folder's finished units (unit key -> {"seconds"[, "cpu_seconds"]});
+    the last line of a key wins (a unit rerun after its record was lost)."""
     keep = set(finished)
-    return {row["key"]: float(row["seconds"]) for row in _read_lines(folder / FOLDER_LOG)
+    return {row["key"]: row for row in _read_lines(folder / FOLDER_LOG)
             if row.get("key") in keep and isinstance(row.get("seconds"), (int, float))}
 
 
-def record_unit(folder: Path, key: str, seconds: float) -> None:
+def folder_seconds(folder: Path, finished: Iterable[str]) -> dict[str, float]:
+    """Measured seconds of the finished units of a run folder (unit key -> seconds)."""
+    return {key: float(row["seconds"]) for key, row in folder_units(folder, finished).items()}
+
+
+def record_unit(folder: Path, key: str, seconds: float, cpu_seconds: float | None = None) -> None:
     """One line in the folder's log, through the guarded appender (`ctrlsim.jsonlines`: no link
     followed, a torn last line moved aside); unsynced, as a lost line costs an estimate only."""
     from ctrlsim.jsonlines import append_object
 
-    append_object(folder / FOLDER_LOG, {"key": key, "seconds": round(seconds, 3)}, sync=False)
+    row: dict = {"key": key, "seconds": round(seconds, 3)}
+    if cpu_seconds is not None:
+        row["cpu_seconds"] = round(cpu_seconds, 3)
+    append_object(folder / FOLDER_LOG, row, sync=False)
 
 
 def _cache_root() -> Path | None:
