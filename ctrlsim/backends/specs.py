@@ -96,7 +96,8 @@ def with_llamacpp_settings(spec: str, **settings) -> str:
         changed = dataclasses.replace(profile or PROFILES[DEFAULT_PROFILE], **settings)
     except TypeError:
         raise ConfigError(f"unknown llama.cpp runtime setting(s) {sorted(settings)}") from None
-    written = {**changed.differences(), **{key: getattr(changed, key) for key in settings}}
+    written = {**changed.differences(PROFILES[DEFAULT_PROFILE]),
+               **{key: getattr(changed, key) for key in settings}}
     segment = ",".join(f"{key}={int(value)}" for key, value in written.items())
     return f"{runtime + ':' if runtime else ''}{model}@{segment}"
 

@@ -134,7 +134,8 @@ def test_cli_prints_tables_and_writes_the_run_folder(ml100k, tmp_path, capsys):
     sections = [line for line in tables.splitlines() if line.startswith("## ")]
     assert [s.split(":")[0].split(" (")[0] for s in sections] == [
         "## Probe validity", "## Table 1", "## Table 7", "## Paired comparison with random",
-        "## pass^k of control", "## Coverage", "## Substitutions and failures per method"]
+        "## pass^k of control", "## Coverage", "## Substitutions and failures per method",
+        "## Cost of the units"]
     assert "2/2 episodes" in tables  # two seeds by default
     figures = {p.name for p in (out / "figures").iterdir()}
     assert figures == {"coverage_by_round.png", "coverage_by_target.png"}

@@ -84,7 +84,7 @@ def test_a_torn_unit_seconds_log_is_repaired_by_the_next_run(tmp_path):
     with pytest.warns(TornLineWarning, match="unit-seconds.jsonl"):
         assert main([*CTRLBENCH, "--seeds", "0,1", "--out", str(run)]) == 0
     rows = read_objects(run / cost.FOLDER_LOG)
-    assert len(rows) == 2 and all(set(r) == {"key", "seconds"} for r in rows)
+    assert len(rows) == 2 and all(set(r) == {"key", "seconds", "cpu_seconds"} for r in rows)
     assert_torn_line_kept_aside(run / cost.FOLDER_LOG)
 
 

@@ -75,8 +75,15 @@ def test_keyword_bm25_follows_a_horror_history(ml100k, qwen05, pools):
     assert share(slates[0].item_ids, horror) > 2 * len(horror) / len(ml100k.items)
     assert not set(slates[0].item_ids) & set(states[0].history)
     assert all(1 <= len(k) <= 8 for k in rec.last_keywords)
+    in_batch = rec.last_keywords[1]
     single = rec.recommend([states[1]], 20)[0]
-    assert single.item_ids == slates[1].item_ids  # batch == one by one
+    # One by one, the state gets its own keywords and slate, not its batch neighbour's: batching
+    # noise may change a near-tied word (docs/performance.md, "Same results?"), so the keywords and
+    # the slate must mostly agree with the batch's, and share little with the horror state's.
+    alone = rec.last_keywords[0]
+    assert len(set(alone) & set(in_batch)) >= len(set(alone) | set(in_batch)) / 2, (alone, in_batch)
+    assert len(set(single.item_ids) & set(slates[1].item_ids)) >= 10
+    assert len(set(single.item_ids) & set(slates[0].item_ids)) < 10
     assert rec.identity["llm"]["model"] == "qwen2.5-0.5b"
 
 
