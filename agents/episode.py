@@ -126,6 +126,28 @@ def profile_curves(trace, task, rounds: int) -> dict[str, Any]:
             "js_divergence": js}
 
 
+def phase_series(trace, target_items: Iterable[str], rounds: int) -> dict[str, list]:
+    """Per round of a steer-then-release episode, over its probes' recommender slates: the mean share
+    of slate items that are targets (what retention reads), and the mean number of likes and of
+    target likes per probe (effort). A round no probe played on a recommender slate is None."""
+    target = set(target_items)
+    share: list[float | None] = []
+    likes: list[float | None] = []
+    target_likes: list[float | None] = []
+    for t in range(rounds):
+        played = [r for p in trace.probes if t < len(p.rounds)
+                  for r in [p.rounds[t]] if r["source"] == SOURCE_RECOMMENDER and r["slate"]]
+        if not played:
+            share.append(None)
+            likes.append(None)
+            target_likes.append(None)
+            continue
+        share.append(float(np.mean([sum(i in target for i in r["slate"]) / len(r["slate"]) for r in played])))
+        likes.append(float(np.mean([len(r["liked"]) for r in played])))
+        target_likes.append(float(np.mean([sum(i in target for i in r["liked"]) for r in played])))
+    return {"target_share": share, "likes": likes, "target_likes": target_likes}
+
+
 @dataclass(frozen=True)
 class EpisodeSpec:
     """What identifies one episode besides the population: the method, box, target and seed.
@@ -144,6 +166,7 @@ class EpisodeSpec:
     target_tags: tuple[str, ...] = ()
     allow_search: bool = False
     task: str = "target-discovery"
+    phases: Any = None  # a steer-then-release `ctrlsim.envs.PhasePlan` (rounds = its total), or None
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -167,7 +190,7 @@ def play_episode(spec: EpisodeSpec, population, recommender, target_items: froze
     meter = TokenMeter()
     env = PopulationEnv(recommender, n_agents=len(population.personas), task="target-discovery",
                         target=list(spec.tags), slate_size=spec.slate_size, budget=spec.rounds,
-                        token_meter=meter, allow_search=spec.allow_search)
+                        token_meter=meter, allow_search=spec.allow_search, phases=spec.phases)
     llm = llm if population.policy == "llm" else None
     bar = tqdm(total=spec.rounds, desc=f"{spec.method} {spec.box} {spec.target} s{spec.seed}", unit="round",
                leave=False, disable=not show_progress)
@@ -315,6 +338,9 @@ def episode_record(spec: EpisodeSpec, population, trace, target_items: frozenset
         record["validity"] = validity_record(population, trace, target_items, dataset, checks, seed=spec.seed)
     if getattr(population, "setup_unknown_calls", 0):  # setup_tokens is then a lower bound
         record["setup_tokens_unknown"] = population.setup_unknown_calls
+    if spec.phases is not None:
+        record["phases"] = spec.phases.to_dict()
+        record["persistence"] = phase_series(trace, target_items, spec.rounds)
     if spec.task == "profile-shaping":
         from ctrlsim.envs import make_task
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from ctrlsim.envs.phases import is_steering
 
 from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset, item_text
@@ -183,7 +184,8 @@ class LLMPopulationPolicy:
     """Decides for every live probe of a `PopulationEnv` with one batched `chat` per step.
 
     agents:   env agent name -> persona (the env's roster, in the same order).
-    target:   the target tags (shown when `settings.target_visible`).
+    target:   the target tags (shown when `settings.target_visible`, in steer rounds only where the
+              infos carry a "phase": baseline and release prompts have no goal).
     seed:     run seed; each round's sampling seed derives from (seed, round), and when sampling
               (temperature > 0) each probe's from (seed, round, probe id).
     meter:    where each probe's tokens are charged under its `probe_id`.
@@ -203,9 +205,10 @@ class LLMPopulationPolicy:
         self.use_schema = settings.constrained and bool(getattr(llm, "supports_json_schema", False))
 
     # ------------------------------------------------------------------ prompts
-    def system_text(self, slate_size: int) -> str:
+    def system_text(self, slate_size: int, info: Mapping | None = None) -> str:
+        """The shared system text; the goal only where shown and `info`'s round steers (`is_steering`)."""
         goal = ""
-        if self.settings.target_visible and self.target:
+        if self.settings.target_visible and self.target and is_steering(info):
             goal = prompts.GOAL_VISIBLE.format(target=" / ".join(self.target), **self.nouns)
         if self.settings.prompt_variant == "logic":
             goal += prompts.GOAL_LOGIC.format(**self.nouns)
@@ -245,7 +248,7 @@ class LLMPopulationPolicy:
 
     def conversation(self, agent: str, info: Mapping, slate_size: int, budget: int) -> list[dict]:
         probe = self.probes[agent]
-        system = {"role": "system", "content": self.system_text(slate_size)}
+        system = {"role": "system", "content": self.system_text(slate_size, info)}
         if self.settings.conversation == "append" and probe.turns \
                 and probe.turn_rounds < self.settings.append_rounds:
             return [system, *probe.turns, {"role": "user", "content": self.round_text(info, budget)}]
@@ -285,9 +288,9 @@ class LLMPopulationPolicy:
         """The head's yes/no conversations for `agent`'s slate, item by item (for "twostep" the fit
         question, then the goal question where the goal is shown): all share one prefix."""
         probe = self.probes[agent]
-        system = {"role": "system", "content": self.system_text(slate_size)}
+        system = {"role": "system", "content": self.system_text(slate_size, info)}
         context = self.user_text(probe, info, budget, prompts.DECISION_CONTEXT)
-        asks = [template for _, template in self._question_templates()]
+        asks = [template for _, template in self._question_templates(info)]
         target = " / ".join(self.target)
         out = []
         for n, item in enumerate(info["slate_item_ids"], start=1):
@@ -297,12 +300,12 @@ class LLMPopulationPolicy:
                 out.append([system, {"role": "user", "content": context + question}])
         return out
 
-    def _question_templates(self) -> tuple[tuple[str, str], ...]:
+    def _question_templates(self, info: Mapping | None = None) -> tuple[tuple[str, str], ...]:
         """(kind, template) of each question asked per item, in order; the kind names its logged P."""
         if self.settings.decision == "yesno":
             return (("like", prompts.QUESTION_LIKE),)
         fit = ("fit", prompts.QUESTION_FIT)
-        goal_shown = self.settings.target_visible and bool(self.target)
+        goal_shown = self.settings.target_visible and bool(self.target) and is_steering(info)
         return (fit, ("goal", prompts.QUESTION_GOAL)) if goal_shown else (fit,)
 
     def _act_questions(self, agents: list[str], infos: Mapping[str, dict], slate_size: int, budget: int,
@@ -357,7 +360,7 @@ class LLMPopulationPolicy:
             probe.parse_failures += 1
             if len(probe.failure_examples) < self.MAX_EXAMPLES:
                 probe.failure_examples.append("no probability on 'yes' or 'no' for some question")
-        kinds = [kind for kind, _ in self._question_templates()]
+        kinds = [kind for kind, _ in self._question_templates(info)]
         per_item = p_yes.reshape(len(shown_ids), -1) if shown_ids else np.empty((0, len(kinds)))
         probe.replies[int(info["round"]) + 1] = json.dumps(
             {f"p_{kind}": [float(x) if np.isfinite(x) else None for x in per_item[:, k]]

@@ -72,6 +72,10 @@ class CustomPolicy:
     (`{"likes": 0/1 per slate position, "query": ""}`). `per_probe(factory)` builds one from a
     per-probe `factory(persona, rng) -> object with act(observation, info) -> action`.
     name: what records and tables call the policy. uses_llm: whether it charges LLM tokens.
+    In a steer-then-release episode each info carries "phase" ("baseline", "steer", "release")
+    and "goal" (the target tags while steering, else []): a policy that ignores them acts as
+    without phases (one that steers keeps steering). Release rounds under release_mode "skip"
+    never reach the policy.
     """
 
     name: str
@@ -313,11 +317,13 @@ def build_random(context: MethodContext) -> Population:
 
 
 def build_oracle(context: MethodContext) -> Population:
-    """Base-Small's users, each liking every target item on its slate (`TargetSeekingProbe`)."""
-    from .random_probe import TargetSeekingProbe
+    """Base-Small's users, each liking every target item on its slate (`TargetSeekingProbe`); in
+    the baseline and release rounds of a phased episode, the items sharing a tag with its seeds."""
+    from .random_probe import TargetSeekingProbe, persona_items
 
-    target = set(context.target_items)
-    policy = CustomPolicy.per_probe("oracle", lambda persona, rng: TargetSeekingProbe(target))
+    target, dataset = set(context.target_items), context.dataset
+    policy = CustomPolicy.per_probe("oracle", lambda persona, rng: TargetSeekingProbe(
+        target, persona_items(dataset, persona.behaviour)))
     return Population(tuple(context.template_personas(context.k_small, context.small_sample)), policy)
 
 

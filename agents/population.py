@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Sequence
 
+from ctrlsim.envs.phases import PhasePlan
 from ctrlsim.envs.tasks import SOURCE_RECOMMENDER
 
 from ctrlsim.backends import TokenMeter
@@ -25,7 +26,8 @@ class ProbeTrace:
 
     `rounds` keeps what each round was: `{"slate": [item ids], "source": "recommender" | "search",
     "liked": [item ids], "query": str, "reply": the raw LLM decision (None for other policies)}`,
-    so a run folder shows where every like came from. `likes_per_round` holds every like
+    so a run folder shows where every like came from; in a steer-then-release episode each also
+    has "phase" ("baseline", "steer", "release"). `likes_per_round` holds every like
     (search-found too: they shape the history); the metrics read `recommender_likes_per_round`.
     """
 
@@ -75,6 +77,11 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
     (the LLM server unavailable, `BackendUnavailableError`; a model that cannot load; a bug)
     propagates: the episode has no trace and its unit fails. `meter` gets each probe's tokens
     under its `probe_id` (pass the env's `token_meter` so the env's infos agree).
+
+    Phases come with the env (`env.phases`, a `PhasePlan`): policies read each round's phase
+    from the infos (LLM probes drop the goal outside "steer", the oracle plays its persona,
+    random probes flip the same coins), and under release_mode "skip" every release round is
+    played here as a skip (no like, no query) without asking the policy or the LLM.
     """
     meter = meter if meter is not None else TokenMeter()
     settings = settings if settings is not None else DecisionSettings()
@@ -99,11 +106,14 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
             by_agent, {a: env.agent_rngs[a] for a in agents})
     slate_size, budget = env.engine.slate_size, env.engine.budget
     item_ids = env.dataset.item_ids
+    phases: PhasePlan | None = env.phases
     for round_no in range(1, budget + 1):
         live = list(env.agents)
         if not live:
             break
-        if policy is not None:
+        if phases is not None and phases.skips(round_no):
+            actions = {a: {"likes": [0] * slate_size, "query": ""} for a in live}
+        elif policy is not None:
             actions, failed = policy.act({a: obs[a] for a in live}, {a: infos[a] for a in live},
                                          slate_size=slate_size, budget=budget)
             for agent, reason in failed.items():
@@ -115,10 +125,13 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
             probe_trace = per_agent[agent]
             record = env.probes[agent].record
             if len(record.slates) > len(probe_trace.rounds):  # the probe acted this round
-                probe_trace.rounds.append({
+                entry = {
                     "slate": [str(item_ids[i]) for i in record.slates[-1]], "source": record.sources[-1],
                     "liked": list(record.likes_per_round[-1]), "query": record.queries[-1],
-                    "reply": policy.reply(agent, round_no) if policy is not None else None})
+                    "reply": policy.reply(agent, round_no) if policy is not None else None}
+                if phases is not None:
+                    entry["phase"] = phases.phase_of(len(record.slates))
+                probe_trace.rounds.append(entry)
             probe_trace.likes_per_round = [list(x) for x in record.likes_per_round]
             probe_trace.tokens_per_round.append(meter.usage(probe_trace.probe_id).total_tokens)
             if terms.get(agent) and probe_trace.dropped is None:

@@ -5,6 +5,7 @@ Importing this module registers the envs with Gymnasium:
 (or without importing first: `gymnasium.make("ctrlsim.envs:ctrlsim/TargetDiscovery-v0")`).
 """
 from .engine import ProbeSpec
+from .phases import PhasePlan
 from .population_env import PopulationEnv
 from .probe_env import ProbeEnv
 from .registration import ENV_IDS, PROBE_ENV_IDS, register_envs
@@ -12,6 +13,6 @@ from .tasks import TASKS, PopularityBias, ProbeRecord, ProfileShaping, TargetDis
 
 register_envs()
 
-__all__ = ["ENV_IDS", "PROBE_ENV_IDS", "TASKS", "PopularityBias", "PopulationEnv", "ProbeEnv", "ProbeRecord",
-           "ProbeSpec",
-           "ProfileShaping", "TargetDiscovery", "Task", "make_task", "register_envs"]
+__all__ = ["ENV_IDS", "PROBE_ENV_IDS", "TASKS", "PhasePlan", "PopularityBias", "PopulationEnv", "ProbeEnv",
+           "ProbeRecord", "ProbeSpec", "ProfileShaping", "TargetDiscovery", "Task", "make_task",
+           "register_envs"]

@@ -9,9 +9,11 @@ from ctrlsim.errors import ConfigError
 from ctrlsim.recommenders import Recommender, make_recommender
 
 from .engine import InteractionEngine
+from .phases import PhasePlan, as_phase_plan, plan_budget
 from .tasks import Task, make_task
 
 DEFAULT_RECOMMENDER = "embedding"  # MiniLM item/profile embeddings: runs offline, no LLM
+DEFAULT_BUDGET = 20  # rounds per episode when neither a budget nor a phase plan is given
 
 
 def build_parts(recommender: Recommender | str, dataset: Dataset | str, task: Task | str,
@@ -45,9 +47,13 @@ def build_parts(recommender: Recommender | str, dataset: Dataset | str, task: Ta
 def build_engine(recommender: Recommender | str, dataset: Dataset | str, task: Task | str,
                  target: str | Sequence[str] | Mapping[str, float] | None,
                  recommender_options: Mapping | None, task_options: Mapping | None, mask_shown: bool, *,
-                 slate_size: int, budget: int, token_meter: TokenMeter | None,
-                 allow_search: bool = True) -> InteractionEngine:
+                 slate_size: int, budget: int | None, token_meter: TokenMeter | None,
+                 allow_search: bool = True,
+                 phases: PhasePlan | Mapping | None = None) -> InteractionEngine:
+    """The engine; with `phases` its budget is the plan's total (a given `budget` must agree)."""
+    plan = as_phase_plan(phases)
+    budget = plan_budget(budget, plan, DEFAULT_BUDGET)
     rec, task_obj = build_parts(recommender, dataset, task, target, recommender_options, task_options,
                                 mask_shown)
     return InteractionEngine(rec, task_obj, slate_size=slate_size, budget=budget, token_meter=token_meter,
-                             allow_search=allow_search)
+                             allow_search=allow_search, phases=plan)

@@ -4,6 +4,7 @@ Each round every live probe acts on its current slate (likes some positions,
 optionally issues a search query); likes are appended to its history in the
 black box; then all probes that did not search get their next slate from ONE
 batched `recommend` call, and searching probes get BM25 search results.
+With a `PhasePlan` each info also names the phase of the round it describes.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ctrlsim.errors import BudgetExceededError, ConfigError, InvalidAction
 from ctrlsim.recommenders import Recommender, UserState
 from ctrlsim.recommenders.search import CatalogueSearch
 
+from .phases import STEER, PhasePlan
 from .tasks import SOURCE_RECOMMENDER as RECOMMENDER_SLATE
 from .tasks import SOURCE_SEARCH as SEARCH_SLATE
 from .tasks import ProbeRecord, Task
@@ -210,7 +212,8 @@ def check_query(query: object, max_length: int = MAX_QUERY_LENGTH) -> str:
 
 class InteractionEngine:
     def __init__(self, recommender: Recommender, task: Task, *, slate_size: int, budget: int,
-                 token_meter: TokenMeter | None = None, allow_search: bool = True):
+                 token_meter: TokenMeter | None = None, allow_search: bool = True,
+                 phases: PhasePlan | None = None):
         if isinstance(slate_size, bool) or not isinstance(slate_size, (int, np.integer)) or slate_size < 1:
             raise ConfigError(f"slate_size must be an integer >= 1, got {slate_size!r}")
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
@@ -222,6 +225,11 @@ class InteractionEngine:
         self.slate_size, self.budget = int(slate_size), int(budget)  # numpy integers as Python ints
         self.allow_search = bool(allow_search)
         self.token_meter = token_meter
+        if phases is not None and phases.total != self.budget:
+            raise ConfigError(f"budget={self.budget} differs from the phase plan's {phases.total} rounds")
+        self.phases = phases
+        # the target tags, which infos name as the goal in steer rounds
+        self.goal = [str(t) for t in task.config.get("target") or []] if phases is not None else []
         self._search: CatalogueSearch | None = None
         self._texts = self.dataset.items["text"].to_numpy()
 
@@ -345,6 +353,10 @@ class InteractionEngine:
             "new_likes": list(new_likes),
             "metrics": self.task.probe_metrics(probe.record),
         }
+        if self.phases is not None:  # the round the probe acts in next (the last one once done)
+            phase = self.phases.phase_of(min(probe.rounds + 1, self.phases.total))
+            info["phase"] = phase
+            info["goal"] = list(self.goal) if phase == STEER else []
         if self.token_meter is not None:
             usage = self.episode_tokens(probe)
             probe.record.tokens = usage.total_tokens

@@ -17,6 +17,7 @@ from ctrlsim.seeding import rng_child
 from ._build import DEFAULT_RECOMMENDER, build_engine
 from .checks import check_l_init, check_options, check_positive_int, check_render_mode, check_seed
 from .engine import Probe, ProbeSpec, observation_space
+from .phases import PhasePlan
 from .rendering import supported, text_frame
 from .roster import default_roster
 from .tasks import Task
@@ -45,7 +46,14 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
     Seeding: `reset(seed=...)` sets `self.np_random` (Gymnasium's seeding); the default
     roster's seed lengths and each agent's generator (`agent_rngs[agent]`, for
     policies) derive from it. Episode end: `truncations[agent]` when its round budget is
-    spent.
+    spent (`budget`, 20 unless given).
+
+    Phases: `phases=PhasePlan(baseline, steer, release)` (or its dict) makes a steer-then-release
+    episode of `phases.total` rounds (a `budget` that differs is a `ConfigError`). Every info
+    then also holds `"phase"`, the phase of the round the probe acts in next ("baseline",
+    "steer" or "release"; once the budget is spent, the last round's), and `"goal"`, the target
+    tags in "steer" rounds and [] otherwise. The env only announces the phase: policies follow
+    it (see `ctrlsim.agents.population.play_population`). Without phases infos have neither key.
 
     Failures: a policy that fails on its own (a probe failure, `ctrlsim.errors.PROBE_FAILURES`)
     is reported with `env.drop(agent, reason)` before the next `step`; that step takes no
@@ -73,17 +81,18 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
     def __init__(self, recommender: Recommender | str = DEFAULT_RECOMMENDER, *, n_agents: int = 26,
                  dataset: Dataset | str = "ml-100k", task: Task | str = "target-discovery",
                  target: str | Sequence[str] | Mapping[str, float] | None = None, slate_size: int = 3,
-                 budget: int = 20, l_init: tuple[int, int] = (4, 6), mask_shown: bool = True,
+                 budget: int | None = None, l_init: tuple[int, int] = (4, 6), mask_shown: bool = True,
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
                  token_meter: TokenMeter | None = None, render_mode: str | None = None,
-                 allow_search: bool = True):
+                 allow_search: bool = True, phases: PhasePlan | Mapping | None = None):
         check_render_mode(render_mode, self.metadata, type(self).__name__)
         self.n_agents = check_positive_int("n_agents", n_agents)
         self.l_init = check_l_init(l_init)
         self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
                                    mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter,
-                                   allow_search=allow_search)
+                                   allow_search=allow_search, phases=phases)
         self.recommender, self.task = self.engine.recommender, self.engine.task
+        self.phases: PhasePlan | None = self.engine.phases
         self.dataset = self.engine.dataset
         self.render_mode = render_mode
         self.possible_agents: list[AgentID] = [f"probe_{i}" for i in range(self.n_agents)]
@@ -106,9 +115,12 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
 
     @property
     def config(self) -> dict:
-        return {"recommender": self.recommender.identity, "task": self.task.config, "n_agents": self.n_agents,
-                "slate_size": self.engine.slate_size, "budget": self.engine.budget,
-                "l_init": list(self.l_init)}
+        config = {"recommender": self.recommender.identity, "task": self.task.config,
+                  "n_agents": self.n_agents, "slate_size": self.engine.slate_size,
+                  "budget": self.engine.budget, "l_init": list(self.l_init)}
+        if self.phases is not None:
+            config["phases"] = self.phases.to_dict()
+        return config
 
     def reset(self, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[dict[AgentID, ObsType], dict[AgentID, dict]]:

@@ -14,6 +14,7 @@ from ctrlsim.recommenders import Recommender
 from ._build import DEFAULT_RECOMMENDER, build_engine
 from .checks import check_l_init, check_options, check_render_mode, check_reset, check_seed
 from .engine import SOURCE_SEARCH, Probe, ProbeSpec, observation_space
+from .phases import PhasePlan
 from .registration import PlainSpec
 from .rendering import supported, text_frame
 from .roster import probe_from_user, user_order
@@ -46,10 +47,15 @@ class ProbeEnv(PlainSpec, gym.Env[ObsType, ActType]):
     search-result round earns 0, and the task's metrics count only what the
     recommender surfaced (search likes are reported apart, `search_likes`).
     Episode end: `truncated=True` when the
-    round budget is spent (`terminated` stays False: the budget is a time limit).
+    round budget (`budget`, 20 unless given) is spent (`terminated` stays False: the budget is
+    a time limit).
     Info: the probe's id (`probe`), slate item ids and texts (what an LLM probe
     reads), new likes, the task's per-probe metrics, and, with a `token_meter`, the
     tokens charged to the probe's id since this episode began.
+    Phases: with `phases=PhasePlan(...)` (a dict through `gymnasium.make`) the budget is the
+    plan's total (a `budget` that differs is a `ConfigError`) and the info also holds `phase`
+    (of the round the probe acts in next; the last round's once done) and `goal` (the target
+    tags in "steer" rounds, [] otherwise); without phases it has neither key.
     Seeding: `reset(seed=...)` only; the seed picks the user whose first
     L_init liked items (L_init drawn in `l_init`) seed the history, unless
     `options={"probe": ProbeSpec(...)}` or `options={"user_id": ...}` is given.
@@ -69,17 +75,18 @@ class ProbeEnv(PlainSpec, gym.Env[ObsType, ActType]):
     def __init__(self, recommender: Recommender | str = DEFAULT_RECOMMENDER, *,
                  dataset: Dataset | str = "ml-100k", task: Task | str = "target-discovery",
                  target: str | Sequence[str] | Mapping[str, float] | None = None,
-                 slate_size: int = 3, budget: int = 20, l_init: tuple[int, int] = (4, 6),
+                 slate_size: int = 3, budget: int | None = None, l_init: tuple[int, int] = (4, 6),
                  mask_shown: bool = True,
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
                  token_meter: TokenMeter | None = None, render_mode: str | None = None,
-                 allow_search: bool = True):
+                 allow_search: bool = True, phases: PhasePlan | Mapping | None = None):
         check_render_mode(render_mode, self.metadata, type(self).__name__)
         self.l_init = check_l_init(l_init)
         self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
                                    mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter,
-                                   allow_search=allow_search)
+                                   allow_search=allow_search, phases=phases)
         self.recommender, self.task = self.engine.recommender, self.engine.task
+        self.phases: PhasePlan | None = self.engine.phases
         self.dataset = self.engine.dataset
         self.render_mode = render_mode
         self.observation_space = observation_space(len(self.dataset.items), self.engine.slate_size,
@@ -90,9 +97,12 @@ class ProbeEnv(PlainSpec, gym.Env[ObsType, ActType]):
 
     @property
     def config(self) -> dict:
-        return {"recommender": self.recommender.identity, "task": self.task.config,
-                "slate_size": self.engine.slate_size, "budget": self.engine.budget,
-                "l_init": list(self.l_init)}
+        config = {"recommender": self.recommender.identity, "task": self.task.config,
+                  "slate_size": self.engine.slate_size, "budget": self.engine.budget,
+                  "l_init": list(self.l_init)}
+        if self.phases is not None:
+            config["phases"] = self.phases.to_dict()
+        return config
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[ObsType, dict]:

@@ -8,6 +8,20 @@ from ctrlsim.metrics.controllability import (
     mean_popularity,
     trajectory_smoothness,
 )
+from ctrlsim.metrics.persistence import (
+    HalfLife,
+    effort_curve,
+    effort_to_threshold,
+    half_life,
+    initial_slope,
+    km_half_life,
+    log_rank,
+    relapse_share,
+    retention_area,
+    retention_band,
+    retention_curve,
+    steered_levels,
+)
 from ctrlsim.metrics.ranking import (
     auc_t,
     coverage_at_k,
@@ -26,4 +40,7 @@ __all__ = [
     "direction_cell", "drift", "format_test", "rejected_tags", "steereval_figures",
     "exploration_efficiency", "hit_rate_at_k", "js_divergence", "mean_popularity", "mrr_at_k", "ndcg_at_k",
     "paired_t_test", "rank_set", "rbo", "trajectory_smoothness",
+    # steer-then-release persistence and effort (metrics.persistence)
+    "HalfLife", "effort_curve", "effort_to_threshold", "half_life", "initial_slope", "km_half_life",
+    "log_rank", "relapse_share", "retention_area", "retention_band", "retention_curve", "steered_levels",
 ]

@@ -24,6 +24,13 @@ arguments are merged (keyword arguments win).
   the dial steerable by likes alone: a box that follows a starting history the probe cannot
   change shows that history's neighbourhood forever, and a probe that likes only targets never
   gets to like one. With F empty the slate is the base ranking.
+* memory `window=W` (a positive integer; absent = unbounded, the default): F is cut to its last W
+  items, in the order they were liked (the history's order, most recent last), so a like stops
+  being followed after W newer followed likes. The affinity ranking, and so every position the
+  draws give to it, sees only those W items; the draws themselves stay seeded by the whole state
+  (seed, history, shown), and the excluded items (history, shown with `mask_shown`) are the whole
+  state's, as without a window. Without the option nothing changes: no `window` in the identity,
+  the same slates and the same draws.
 * affinity a: `tags` (tag overlap: for each of the item's tags, how many items of F carry it,
   summed; an item sharing the tags all the liked items share ranks first; ties by the base
   ranking) or `embedding` (cosine between the item's text embedding and the mean embedding of F,
@@ -42,6 +49,16 @@ Known answers: at lambda = 0 two users with any histories get the base ranking (
 `Recommender` options exclude), so every probe of an episode sees the same slates whatever it
 likes; at lambda = 1 (mix positions) the slate is the affinity ranking. `follow=feedback` needs the
 env to pass the items shown (ctrlsim's envs always do).
+
+Known answer of a window (steer-then-release persistence): with window W and lambda = 1, once the
+last W followed likes are all non-target items, the slate is the affinity ranking of those W items
+alone, less the excluded items, so it no longer depends on anything liked before them (beyond their
+own exclusion: with `exclude_history`, the default, a liked item is never shown again): the box
+forgets the steering within W new followed likes. The full-state seeding does not touch this
+answer: at lambda = 1 every draw takes the affinity ranking (mix positions), and mix scores draws
+nothing. At lambda in (0, 1) which positions follow the user still varies with older likes (the
+seed sees them), but each does with probability lambda and the items it takes come from the
+window's ranking alone. Without a window old likes stay in F and the box never fully forgets.
 """
 from __future__ import annotations
 
@@ -138,6 +155,15 @@ def parse_seed(name: str, value: object) -> int:
     raise ConfigError(f"{name}={value!r} is not an integer >= 0")
 
 
+def parse_window(name: str, value: object) -> int:
+    """A memory window given as a positive integer or its digits (as spec options are)."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and int(value) > 0:
+        return int(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value > 0:
+        return int(value)
+    raise ConfigError(f"{name}={value!r} is not a positive integer (the number of followed likes remembered)")
+
+
 def base_ranking(dataset: Dataset, base: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(catalogue indices best first, each item's position) of a base ranking that ignores the user:
     `popularity` (distinct users per item, ties in catalogue order) or `random` (seeded)."""
@@ -156,7 +182,7 @@ def base_ranking(dataset: Dataset, base: str, seed: int) -> tuple[np.ndarray, np
 # The options each dial kind takes, and their allowed values (None: any value of the right type).
 DIAL_OPTIONS: dict[str, dict[str, Sequence[str] | None]] = {
     "dial": {"base": BASES, "affinity": AFFINITIES, "mix": MIXES, "follow": FOLLOWS, "seed": None,
-             "encoder": None, "exclude_history": None, "mask_shown": None},
+             "window": None, "encoder": None, "exclude_history": None, "mask_shown": None},
     "dial-profile": {"base": BASES, "seed": None, "exclude_history": None, "mask_shown": None},
 }
 
@@ -175,6 +201,8 @@ def check_dial_spec(spec: str) -> DialSpec:
             parse_flag(f"{spec!r}: option {key}", value)
         elif key == "seed":
             parse_seed(f"{spec!r}: option seed", value)
+        elif key == "window":
+            parse_window(f"{spec!r}: option window", value)
     return parsed
 
 
@@ -199,11 +227,11 @@ class DialRecommender(Recommender):
 
     def __init__(self, dataset: Dataset, *, lam: float, base: str = "popularity", affinity: str = "tags",
                  mix: str = "positions", follow: str = "feedback", seed: int | str = 0,
-                 encoder: str = "minilm", **options):
+                 window: int | str | None = None, encoder: str = "minilm", **options):
         unknown = sorted(set(options) - set(FLAG_OPTIONS))
         if unknown:
             raise ConfigError(f"unknown dial option(s) {unknown}; options: base, affinity, mix, follow, "
-                              f"seed, encoder, {', '.join(FLAG_OPTIONS)}")
+                              f"seed, window, encoder, {', '.join(FLAG_OPTIONS)}")
         super().__init__(dataset, **{k: parse_flag(f"dial option {k}", v) for k, v in options.items()})
         self.lam = check_lambda(lam)
         self.base = _check_option("base", base, BASES)
@@ -211,6 +239,8 @@ class DialRecommender(Recommender):
         self.mix = _check_option("mix", mix, MIXES)
         self.follow = _check_option("follow", follow, FOLLOWS)
         self.seed = parse_seed("dial option seed", seed)
+        # None: unbounded memory (F whole); W: only the last W items of F are followed.
+        self.window = None if window is None else parse_window("dial option window", window)
         self.encoder_spec = encoder
         # An item's position in the base ranking breaks affinity ties (earlier = better).
         self.base_order, self.base_rank = base_ranking(dataset, self.base, self.seed)
@@ -220,6 +250,8 @@ class DialRecommender(Recommender):
     def identity(self) -> dict:
         ident = {**super().identity, "lambda": self.lam, "base": self.base, "affinity": self.affinity,
                  "mix": self.mix, "follow": self.follow, "seed": self.seed}
+        if self.window is not None:  # absent without a window, so unwindowed identities are unchanged
+            ident["window"] = self.window
         if self.affinity == "embedding":
             ident["encoder"] = self.encoder_spec
         return ident
@@ -244,11 +276,13 @@ class DialRecommender(Recommender):
         return self._item_vectors
 
     def followed(self, state: UserState) -> list[str]:
-        """The liked items the dial follows (see `follow` in the module docstring)."""
+        """The liked items the dial follows, oldest first (`follow` and `window`: module docstring)."""
         if self.follow == "history":
-            return list(state.history)
-        shown = set(state.shown)
-        return [i for i in state.history if i in shown]
+            followed = list(state.history)
+        else:
+            shown = set(state.shown)
+            followed = [i for i in state.history if i in shown]
+        return followed if self.window is None else followed[-self.window:]
 
     def affinity_order(self, state: UserState) -> np.ndarray | None:
         """Catalogue indices by affinity to the followed likes, best first (None: nothing to follow)."""
@@ -279,7 +313,8 @@ class DialRecommender(Recommender):
         """The catalogue as positions drawn from the affinity ranking (prob. lambda) or the base one.
 
         Excluded items (history, and shown items with `mask_shown`) are skipped first, so every
-        draw fills a position a slate can show."""
+        draw fills a position a slate can show. `affinity` comes from the followed (windowed) likes;
+        the draws are seeded by the whole state, with or without a window (module docstring)."""
         banned = set(state.history) if self.exclude_history else set()
         if self.mask_shown:
             banned.update(state.shown)

@@ -32,6 +32,7 @@ from typing import Any
 
 from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
 from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM, SMALLEST_LLM
+from ctrlsim.envs.phases import RELEASE_BASELINE, RELEASE_MODES
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     DEFAULT_SUCCESS,
@@ -67,7 +68,8 @@ PAPER_PRESET: dict[str, Any] = {
     "allow_search": False,
     "decision": "json",
 }
-TASK_CHOICES = ("target-discovery", "profile-shaping", "popularity")
+TASK_CHOICES = ("target-discovery", "profile-shaping", "popularity", "persistence")
+PERSISTENCE = "persistence"  # steer-then-release episodes (docs/persistence.md)
 SMALL_USERS = ("own", "nested")
 CONVERSATIONS = ("memory", "append")
 # `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
@@ -103,8 +105,16 @@ class CtrlBenchConfig:
     seeds: tuple[int, ...] = option((0, 1), "seeds (users sampled, sampling, env); two at least for a "
                                     "confidence interval", low=0, high=MAX_SEED)
     task: str = option("target-discovery", "which task's tables: target-discovery (Tables 1, 7), "
-                       "profile-shaping (Table 2) or popularity (Figures 8, 9); every episode records all "
-                       "three", choices=TASK_CHOICES)
+                       "profile-shaping (Table 2) or popularity (Figures 8, 9), which every episode records; "
+                       "or persistence: steer-then-release episodes (baseline, --rounds of steering, "
+                       "release) and whether control lasts", choices=TASK_CHOICES)
+    baseline_rounds: int = option(2, "(--task persistence) rounds before steering: probes without a goal",
+                                  low=1, high=MAX_ROUNDS, omit_default=True)
+    release_rounds: int | None = option(None, "(--task persistence) rounds after steering stops (default: "
+                                        "--rounds)", low=1, high=MAX_ROUNDS, omit_default=True)
+    release: str = option(RELEASE_BASELINE, "(--task persistence) what probes do after steering: baseline "
+                          "(their goal-free policy) or skip (like nothing)", choices=RELEASE_MODES,
+                          omit_default=True)
     allow_search: bool = option(False, "offer probes the search tool (search likes shape histories but "
                                 "never count; paper's evaluation: off)")
     reference: str | None = option(None, "the method every other is compared with in the paired table "
@@ -205,6 +215,10 @@ class CtrlBenchConfig:
             raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
         for t in self.checkpoints or ():
             check_range("checkpoints", t, low=1, high=self.rounds)
+        if self.task != PERSISTENCE and (self.baseline_rounds != 2 or self.release_rounds is not None
+                                         or self.release != RELEASE_BASELINE):
+            raise ConfigError("baseline_rounds, release_rounds and release belong to --task persistence "
+                              f"(the task is {self.task!r})")
         if self.roster is not None and not Path(self.roster).is_file():
             raise ConfigError(f"--roster {self.roster!r}: no such file")
 
@@ -230,6 +244,20 @@ class CtrlBenchConfig:
                                 temperature=self.temperature, allow_search=self.allow_search,
                                 conversation=self.conversation, decision=self.decision,
                                 threshold=self.decision_threshold)
+
+    def phase_plan(self):
+        """The steer-then-release plan of a persistence run (`ctrlsim.envs.PhasePlan`), else None."""
+        if self.task != PERSISTENCE:
+            return None
+        from ctrlsim.envs.phases import PhasePlan
+
+        return PhasePlan(self.baseline_rounds, self.rounds, self.release_rounds or self.rounds, self.release)
+
+    @property
+    def episode_rounds(self) -> int:
+        """Rounds of one episode: --rounds, or baseline + steering + release with --task persistence."""
+        plan = self.phase_plan()
+        return self.rounds if plan is None else plan.total
 
     def slate_for(self, box: str) -> int:
         return self.slate_size or PAPER_SLATE_SIZE.get(box, 3)

@@ -17,7 +17,8 @@ from ctrlsim.metrics.bounded import share_ci
 from ctrlsim.metrics.stats import mean_ci
 
 TASK_TITLES = {"target-discovery": "Task 1 (target content discovery)",
-               "profile-shaping": "Task 2 (profile shaping)", "popularity": "Task 3 (popularity bias)"}
+               "profile-shaping": "Task 2 (profile shaping)", "popularity": "Task 3 (popularity bias)",
+               "persistence": "persistence (steer, then release)"}
 
 
 def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> list[Block]:
@@ -42,6 +43,10 @@ def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int])
         "episodes that found any target.",
     ])
     blocks: list[Block] = [Text(head), VC.validity_table(found)]
+    if config.task == "persistence":  # Table 1's rounds would mix the three phases
+        from ctrlsim.experiments.ctrlbench.persistence import persistence_blocks
+
+        return blocks + persistence_blocks(config, records) + [T.substitution_table(config, records)]
     if config.task == "profile-shaping":
         blocks.append(T.profile_table(config, records))
     elif config.task == "popularity":
@@ -148,6 +153,10 @@ def save_figures(folder, config, records: Mapping[str, dict], sizes: Mapping[str
         saved.append(folder.save_figure(_panels(
             config, records, lambda r: r["popularity_curves"]["popularity"], "mean popularity (eq. 3)",
             "Popularity of the items interacted with (Figure 9)"), "popularity_by_round"))
+    if config.task == "persistence":
+        from ctrlsim.experiments.ctrlbench.persistence import retention_figure
+
+        saved.append(folder.save_figure(retention_figure(config, records), "retention_by_round"))
     if config.task == "profile-shaping":
         saved.append(folder.save_figure(_panels(
             config, records, lambda r: r["profile_curves"]["accuracy"][1:], "cos(V_t, V_target)",

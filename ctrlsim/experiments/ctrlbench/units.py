@@ -33,16 +33,17 @@ def run_episode(config: CtrlBenchConfig, unit: UnitContext, episode: Episode, *,
     context = MethodContext(
         dataset=dataset, recommender=recommender, target_tags=target_tags(target), target_items=targets,
         seed=seed, small_sample="large" if config.small_users == "nested" else "small",
-        k_large=config.agents[0], k_small=config.agents[1], rounds=config.rounds, slate_size=slate_size,
+        k_large=config.agents[0], k_small=config.agents[1], rounds=config.episode_rounds,
+        slate_size=slate_size,
         decision_settings=settings,
         profile_settings=ProfileSettings(l_init=tuple(config.l_init), temperature=config.temperature),
         llm_factory=lambda: run_llm(unit, config),
         profile_store=unit.profile_store(cached=config.cache),
         options=dict(config.method_options.get(method, {})), show_progress=bars)
     population = method_population(method, config.roster, context)
-    spec = EpisodeSpec(method, method_label(method), box, target, seed, config.rounds, slate_size,
+    spec = EpisodeSpec(method, method_label(method), box, target, seed, config.episode_rounds, slate_size,
                        config.target_visible, config.like_prob, target_tags(target), config.allow_search,
-                       config.task)
+                       config.task, config.phase_plan())
     llm = run_llm(unit, config) if population.policy == "llm" else None
     record = play_episode(spec, population, recommender, targets, llm=llm, settings=settings,
                           show_progress=bars)

@@ -1,0 +1,168 @@
+"""Does control last? The persistence task's tables and figure, from steer-then-release episodes.
+
+Each episode's record holds, per round, the mean share of target items on its probes' recommender
+slates (`persistence.target_share`) and the phase plan (baseline B, steering S, release R rounds).
+From them (`ctrlsim.metrics.persistence`): s0 = the baseline mean, s* = the mean of the last rounds of
+steering, retention R(tau) = (s(tau) - s0) / (s* - s0) over the release rounds (defined where steering
+moved the box by more than `MIN_GAIN`), the half-life (first tau with R <= 0.5, right-censored at R),
+the relapse share and the retention area; across episodes, the Kaplan-Meier median half-life with its
+interval and a log-rank test between boxes. Effort: the likes a probe spent in the steering phase
+until the target share reached `EFFORT_SHARE` (censored when it never did), and the initial slope.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ctrlsim.experiments.tables import Block, Table, Text
+from ctrlsim.metrics import persistence as P
+from ctrlsim.metrics.stats import format_estimate, mean_ci
+
+EFFORT_SHARE = 0.5  # the target share of a slate the effort columns count likes up to
+
+
+def _phases(record: dict) -> tuple[list, list, list]:
+    plan, share = record["phases"], record["persistence"]["target_share"]
+    b, s, r = plan["baseline"], plan["steer"], plan["release"]
+    return share[:b], share[b:b + s], share[b + s:b + s + r]
+
+
+def episode_persistence(record: dict) -> dict:
+    """One episode's s0, s*, retention curve (None: steering did not move the box), half-life,
+    relapse, area, and steering effort."""
+    baseline, steering, release = _phases(record)
+    if any(v is None for v in (*baseline, *steering, *release)):  # a round with no recommender slate
+        return {"s0": None, "s_star": None, "curve": None}
+    s0, s_star = P.steered_levels(baseline, steering)
+    curve = P.retention_curve(baseline, steering, release)
+    likes = record["persistence"]["likes"][len(baseline):len(baseline) + len(steering)]
+    effort, reached = P.effort_to_threshold(steering, likes, EFFORT_SHARE)
+    out = {"s0": s0, "s_star": s_star, "curve": curve, "effort": effort, "effort_reached": reached,
+           "slope": P.initial_slope(steering, likes)}
+    if curve is not None:
+        tau, observed = P.half_life(curve)
+        out.update(half_life=tau, observed=observed, relapse=P.relapse_share(curve),
+                   area=P.retention_area(curve))
+    return out
+
+
+def _cells(config, records: Mapping[str, dict]):
+    by_cell: dict[tuple[str, str], list[dict]] = {}
+    for record in records.values():
+        if "phases" in record:
+            by_cell.setdefault((record["recommender"], record["method"]), []).append(record)
+    for box in config.recommenders:
+        for method in config.all_methods:
+            recs = by_cell.get((box, method))
+            if recs:
+                yield box, method, recs[0].get("label", method), [episode_persistence(r) for r in recs]
+
+
+def _interval(value) -> str:
+    return "censored" if value is None else f"{value:g}"
+
+
+def _km_cell(km: P.HalfLife) -> str:
+    if not km.n:
+        return "-"
+    return f"{_interval(km.median)} [{_interval(km.low)}, {_interval(km.high)}] ({km.events}/{km.n})"
+
+
+def retention_table(config, records: Mapping[str, dict]) -> Table:
+    plan = config.phase_plan()
+    header = ["Black-Box", "Method", "n", "steered", "s0 %", "s* %", "R(1)", f"R({plan.release})",
+              "half-life KM [95% CI] (events/n)", "relapse", "area", f"likes to {EFFORT_SHARE:.0%}",
+              "initial slope"]
+    rows = []
+    for box, _, label, eps in _cells(config, records):
+        steered = [e for e in eps if e.get("curve") is not None]
+        ids = [e for e in eps if e["s0"] is not None]
+        km = P.km_half_life([e["half_life"] for e in steered], [e["observed"] for e in steered]) \
+            if steered else P.HalfLife(None, None, None, 0, 0)
+        effort = P.km_half_life([e["effort"] for e in ids], [e["effort_reached"] for e in ids]) \
+            if ids else P.HalfLife(None, None, None, 0, 0)
+        rows.append([box, label, len(eps), f"{len(steered)}/{len(eps)}",
+                     format_estimate(mean_ci([e["s0"] for e in ids]), 100),
+                     format_estimate(mean_ci([e["s_star"] for e in ids]), 100),
+                     format_estimate(mean_ci([e["curve"][0] for e in steered])),
+                     format_estimate(mean_ci([e["curve"][-1] for e in steered])),
+                     _km_cell(km), format_estimate(mean_ci([e["relapse"] for e in steered])),
+                     format_estimate(mean_ci([e["area"] for e in steered])), _km_cell(effort),
+                     format_estimate(mean_ci([e["slope"] for e in ids if e["slope"] is not None]), digits=3)])
+    after = (f"Phases: {plan.baseline} baseline rounds (no goal), {plan.steer} steering, {plan.release} "
+             f"release ({plan.release_mode}). s0 = the baseline's mean target share of the recommender "
+             "slates, "
+             f"s* = the mean of the last {min(P.LAST_K, plan.steer)} steering rounds; 'steered' = episodes "
+             f"with s* - s0 > {P.MIN_GAIN} (retention is defined only for them). R(tau) = (s(tau) - s0) / "
+             "(s* - s0), tau rounds into release (1 = nothing forgotten, 0 = back to baseline); half-life = "
+             "first tau with R <= 0.5, right-censored at the last release round: the Kaplan-Meier median "
+             "over episodes with its 95% interval ('censored': not reached), events = episodes that fell to "
+             "half. Relapse = 1 - mean R over the last release rounds; area = mean R over the release. "
+             f"Likes to {EFFORT_SHARE:.0%}: the likes a probe spent in steering until the target share "
+             "reached it (Kaplan-Meier median, censored when it never did); initial slope: target share per "
+             "like over the first steering rounds. Mean ± 95% t half-width over episodes "
+             "(docs/persistence.md).")
+    return Table.of("Does control last? Retention after steering stops", rows, header, after=after)
+
+
+def log_rank_table(config, records: Mapping[str, dict]) -> Table | None:
+    """Half-lives of every pair of boxes, per method: a two-sided log-rank test."""
+    by_method: dict[str, dict[str, list[dict]]] = {}
+    for box, _, label, eps in _cells(config, records):
+        steered = [e for e in eps if e.get("curve") is not None]
+        if steered:
+            by_method.setdefault(label, {})[box] = steered
+    rows = []
+    for label, boxes in by_method.items():
+        names = list(boxes)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                stat, p = P.log_rank([e["half_life"] for e in boxes[a]], [e["observed"] for e in boxes[a]],
+                                     [e["half_life"] for e in boxes[b]], [e["observed"] for e in boxes[b]])
+                rows.append([label, a, b, len(boxes[a]), len(boxes[b]),
+                             "-" if not np.isfinite(stat) else f"{stat:+.2f}",
+                             "-" if not np.isfinite(p) else f"{p:.3g}"])
+    if not rows:
+        return None
+    return Table.of("Half-lives between boxes (log-rank)", rows,
+                    ["Method", "Box A", "Box B", "n A", "n B", "z", "p"],
+                    after="z > 0: box A's steering fades sooner than expected under equal half-lives; "
+                          "two-sided p ('-': no episode fell to half).")
+
+
+def persistence_blocks(config, records: Mapping[str, dict]) -> list[Block]:
+    if not any("phases" in r for r in records.values()):
+        return [Text("No steer-then-release episode finished yet.")]
+    blocks: list[Block] = [retention_table(config, records)]
+    table = log_rank_table(config, records)
+    return blocks + ([table] if table is not None else [])
+
+
+def retention_figure(config, records: Mapping[str, dict]):
+    """R(tau) with its 95% band, one panel per box, one line per method."""
+    from matplotlib.figure import Figure
+
+    boxes = list(config.recommenders)
+    fig = Figure(figsize=(4.2 * len(boxes), 3.2))
+    axes = {box: fig.add_subplot(1, len(boxes), n + 1) for n, box in enumerate(boxes)}
+    for box, _, label, eps in _cells(config, records):
+        curves = [e["curve"] for e in eps if e.get("curve") is not None]
+        if not curves:
+            continue
+        mean, low, high = P.retention_band(curves)
+        x = np.arange(1, len(mean) + 1)
+        (line,) = axes[box].plot(x, mean, marker="o", markersize=3, label=label)
+        low, high = np.where(np.isfinite(low), low, mean), np.where(np.isfinite(high), high, mean)
+        axes[box].fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+    for box, ax in axes.items():
+        ax.axhline(0.5, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_title(box)
+        ax.set_xlabel("rounds after steering stopped (tau)")
+        ax.set_ylabel("retention R(tau)")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:  # a box where no episode was steered has no line
+            ax.legend(fontsize=7)
+    fig.suptitle("Does control last? Retention after release (mean and 95% CI over episodes)")
+    fig.tight_layout()
+    return fig
