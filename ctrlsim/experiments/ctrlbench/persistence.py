@@ -47,16 +47,15 @@ def episode_persistence(record: dict) -> dict:
     return out
 
 
-def _cells(config, records: Mapping[str, dict]):
+def persistence_cells(config, records: Mapping[str, dict]) -> list[tuple[str, str, str, list[dict]]]:
+    """(box, method, label, each episode's `episode_persistence`) per cell with phased records."""
     by_cell: dict[tuple[str, str], list[dict]] = {}
     for record in records.values():
         if "phases" in record:
             by_cell.setdefault((record["recommender"], record["method"]), []).append(record)
-    for box in config.recommenders:
-        for method in config.all_methods:
-            recs = by_cell.get((box, method))
-            if recs:
-                yield box, method, recs[0].get("label", method), [episode_persistence(r) for r in recs]
+    return [(box, method, recs[0].get("label", method), [episode_persistence(r) for r in recs])
+            for box in config.recommenders for method in config.all_methods
+            if (recs := by_cell.get((box, method)))]
 
 
 def _interval(value) -> str:
@@ -69,13 +68,13 @@ def _km_cell(km: P.HalfLife) -> str:
     return f"{_interval(km.median)} [{_interval(km.low)}, {_interval(km.high)}] ({km.events}/{km.n})"
 
 
-def retention_table(config, records: Mapping[str, dict]) -> Table:
+def retention_table(config, cells) -> Table:
     plan = config.phase_plan()
     header = ["Black-Box", "Method", "n", "steered", "s0 %", "s* %", "R(1)", f"R({plan.release})",
               "half-life KM [95% CI] (events/n)", "relapse", "area", f"likes to {EFFORT_SHARE:.0%}",
               "initial slope"]
     rows = []
-    for box, _, label, eps in _cells(config, records):
+    for box, _, label, eps in cells:
         steered = [e for e in eps if e.get("curve") is not None]
         ids = [e for e in eps if e["s0"] is not None]
         km = P.km_half_life([e["half_life"] for e in steered], [e["observed"] for e in steered]) \
@@ -106,10 +105,10 @@ def retention_table(config, records: Mapping[str, dict]) -> Table:
     return Table.of("Does control last? Retention after steering stops", rows, header, after=after)
 
 
-def log_rank_table(config, records: Mapping[str, dict]) -> Table | None:
+def log_rank_table(cells) -> Table | None:
     """Half-lives of every pair of boxes, per method: a two-sided log-rank test."""
     by_method: dict[str, dict[str, list[dict]]] = {}
-    for box, _, label, eps in _cells(config, records):
+    for box, _, label, eps in cells:
         steered = [e for e in eps if e.get("curve") is not None]
         if steered:
             by_method.setdefault(label, {})[box] = steered
@@ -134,8 +133,9 @@ def log_rank_table(config, records: Mapping[str, dict]) -> Table | None:
 def persistence_blocks(config, records: Mapping[str, dict]) -> list[Block]:
     if not any("phases" in r for r in records.values()):
         return [Text("No steer-then-release episode finished yet.")]
-    blocks: list[Block] = [retention_table(config, records)]
-    table = log_rank_table(config, records)
+    cells = persistence_cells(config, records)
+    blocks: list[Block] = [retention_table(config, cells)]
+    table = log_rank_table(cells)
     return blocks + ([table] if table is not None else [])
 
 
@@ -146,7 +146,7 @@ def retention_figure(config, records: Mapping[str, dict]):
     boxes = list(config.recommenders)
     fig = Figure(figsize=(4.2 * len(boxes), 3.2))
     axes = {box: fig.add_subplot(1, len(boxes), n + 1) for n, box in enumerate(boxes)}
-    for box, _, label, eps in _cells(config, records):
+    for box, _, label, eps in persistence_cells(config, records):
         curves = [e["curve"] for e in eps if e.get("curve") is not None]
         if not curves:
             continue
