@@ -129,11 +129,15 @@ def profile_curves(trace, task, rounds: int) -> dict[str, Any]:
 def phase_series(trace, target_items: Iterable[str], rounds: int) -> dict[str, list]:
     """Per round of a steer-then-release episode, over its probes' recommender slates: the mean share
     of slate items that are targets (what retention reads), and the mean number of likes and of
-    target likes per probe (effort). A round no probe played on a recommender slate is None."""
+    target likes per probe (effort). A round no probe played on a recommender slate is None.
+    `searches`: per round, the mean number of searches the probes that played it typed (effort of
+    its own kind; 0 where search is off)."""
     target = set(target_items)
     share: list[float | None] = []
     likes: list[float | None] = []
     target_likes: list[float | None] = []
+    searches = [float(np.mean([bool(p.rounds[t].get("query")) for p in trace.probes if t < len(p.rounds)]
+                              or [0.0])) for t in range(rounds)]
     for t in range(rounds):
         played = [r for p in trace.probes if t < len(p.rounds)
                   for r in [p.rounds[t]] if r["source"] == SOURCE_RECOMMENDER and r["slate"]]
@@ -145,7 +149,7 @@ def phase_series(trace, target_items: Iterable[str], rounds: int) -> dict[str, l
         share.append(float(np.mean([sum(i in target for i in r["slate"]) / len(r["slate"]) for r in played])))
         likes.append(float(np.mean([len(r["liked"]) for r in played])))
         target_likes.append(float(np.mean([sum(i in target for i in r["liked"]) for r in played])))
-    return {"target_share": share, "likes": likes, "target_likes": target_likes}
+    return {"target_share": share, "likes": likes, "target_likes": target_likes, "searches": searches}
 
 
 @dataclass(frozen=True)
@@ -340,6 +344,8 @@ def episode_record(spec: EpisodeSpec, population, trace, target_items: frozenset
         record["setup_tokens_unknown"] = population.setup_unknown_calls
     if spec.phases is not None:
         record["phases"] = spec.phases.to_dict()
+        if spec.task == "suppression":  # which way this episode steered (the key says it too)
+            record["direction"] = spec.phases.direction
         record["persistence"] = phase_series(trace, target_items, spec.rounds)
     if spec.task == "profile-shaping":
         from ctrlsim.envs import make_task

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from ctrlsim.envs.phases import is_steering
+from ctrlsim.envs.phases import is_steering, steers_away
 
 from ctrlsim.backends import TokenMeter
 from ctrlsim.data import Dataset, item_text
@@ -206,10 +206,11 @@ class LLMPopulationPolicy:
 
     # ------------------------------------------------------------------ prompts
     def system_text(self, slate_size: int, info: Mapping | None = None) -> str:
-        """The shared system text; the goal only where shown and `info`'s round steers (`is_steering`)."""
+        """The shared system text; the goal (or its away wording) only where shown and `info` steers."""
         goal = ""
         if self.settings.target_visible and self.target and is_steering(info):
-            goal = prompts.GOAL_VISIBLE.format(target=" / ".join(self.target), **self.nouns)
+            template = prompts.GOAL_AWAY if steers_away(info) else prompts.GOAL_VISIBLE
+            goal = template.format(target=" / ".join(self.target), **self.nouns)
         if self.settings.prompt_variant == "logic":
             goal += prompts.GOAL_LOGIC.format(**self.nouns)
         if self.settings.decision != "json":
@@ -306,7 +307,8 @@ class LLMPopulationPolicy:
             return (("like", prompts.QUESTION_LIKE),)
         fit = ("fit", prompts.QUESTION_FIT)
         goal_shown = self.settings.target_visible and bool(self.target) and is_steering(info)
-        return (fit, ("goal", prompts.QUESTION_GOAL)) if goal_shown else (fit,)
+        goal = ("goal", prompts.QUESTION_AVOID if steers_away(info) else prompts.QUESTION_GOAL)
+        return (fit, goal) if goal_shown else (fit,)
 
     def _act_questions(self, agents: list[str], infos: Mapping[str, dict], slate_size: int, budget: int,
                        round_no: int) -> tuple[dict[str, dict], dict[str, str]]:

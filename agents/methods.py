@@ -159,6 +159,9 @@ class MethodContext:
     options: Mapping[str, Any] = field(default_factory=dict)
     show_progress: bool = False
     small_sample: str = "small"           # K_small methods' users: their own sample, or "large" (nested)
+    # Seed histories rich in these tags, from users who liked enough of them (steering away, the
+    # suppression task); () = every user, their first liked items.
+    rich_in: tuple[str, ...] = ()
     _profiles: Any = field(default=None, init=False, repr=False)
 
     def llm(self):
@@ -171,7 +174,7 @@ class MethodContext:
 
         if self._profiles is None:
             self._profiles = ProfileGenerator(self.dataset, self.llm(), settings=self.profile_settings,
-                                              store=self.profile_store)
+                                              store=self.profile_store, rich_in=self.rich_in)
         return self._profiles
 
     def sample_users(self, k: int, sample: str = "large") -> list[str]:
@@ -180,14 +183,21 @@ class MethodContext:
         sample "large" is Base-Large's order (the evolved methods start from it too); "small" is
         Base-Small's own, drawn independently, so Base-Small's probes are not a subset of
         Base-Large's (with "large", the first k_small of the same order: nested by design, and
-        with greedy decoding Base-Large >= Base-Small holds by construction)."""
+        with greedy decoding Base-Large >= Base-Small holds by construction). With `rich_in`, only
+        users who liked enough items with those tags for a rich seed history are drawn."""
         from ctrlsim.envs.roster import user_order
 
         if sample not in ("large", "small"):
             raise ConfigError(f"user sample must be 'large' or 'small', got {sample!r}")
         users = user_order(self.dataset)
+        if self.rich_in:
+            from ctrlsim.envs.roster import is_rich_user
+
+            high, min_rating = self.profile_settings.l_init[1], self.profile_settings.min_rating
+            users = [u for u in users if is_rich_user(self.dataset, u, self.rich_in, high, min_rating)]
         if not 1 <= k <= len(users):
-            raise ConfigError(f"need between 1 and {len(users)} probes, got {k}")
+            rich = f" (users who liked enough {'/'.join(self.rich_in)} items)" if self.rich_in else ""
+            raise ConfigError(f"need between 1 and {len(users)} probes{rich}, got {k}")
         order = derive_rng(self.seed, "users" if sample == "large" else "users-small").permutation(len(users))
         return [users[i] for i in order[:k]]
 
@@ -206,7 +216,7 @@ class MethodContext:
         """Personas without an LLM (demographics + seed tags) for the first `k` sampled users."""
         from .profiles import ProfileGenerator
 
-        gen = ProfileGenerator(self.dataset, None, settings=self.profile_settings)
+        gen = ProfileGenerator(self.dataset, None, settings=self.profile_settings, rich_in=self.rich_in)
         return [gen.template_persona(u, gen.seed_items(u, self.seed)) for u in self.sample_users(k, sample)]
 
 

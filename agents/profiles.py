@@ -121,15 +121,16 @@ class ProfileGenerator:
     """Writes personas for users of `dataset` with `llm` (see module docstring)."""
 
     def __init__(self, dataset: Dataset, llm, *, settings: ProfileSettings = ProfileSettings(),
-                 store: ProfileStore | str | Path | None = None):
+                 store: ProfileStore | str | Path | None = None, rich_in: Sequence[str] = ()):
         self.dataset, self.llm, self.settings = dataset, llm, settings
+        self.rich_in = tuple(rich_in)  # seed histories rich in these tags (`envs.roster.seed_items`)
         self.store = ProfileStore(store) if isinstance(store, (str, Path)) else store
         self.nouns = prompts.domain_nouns(dataset.name)
 
     # ------------------------------------------------------------------ inputs
     def seed_items(self, user_id: str, seed: int) -> list[str]:
         length = seed_length(seed, user_id, self.settings.l_init)
-        return seed_items(self.dataset, str(user_id), length, self.settings.min_rating)
+        return seed_items(self.dataset, str(user_id), length, self.settings.min_rating, self.rich_in)
 
     def conversation(self, user_id: str, items: Sequence[str]) -> list[dict]:
         attrs = user_attributes(self.dataset, str(user_id))
@@ -146,6 +147,8 @@ class ProfileGenerator:
                "seed": seed, "settings": asdict(self.settings), "prompt": PROFILE_PROMPT_VERSION}
         if self.settings.temperature > 0:
             key["sampling"] = "per-user seed"  # sampled personas stored before shared one seed per batch
+        if self.rich_in:  # a different seed history (keys of ordinary personas stay as they were)
+            key["rich_in"] = list(self.rich_in)
         return json.dumps(key, sort_keys=True)
 
     # ------------------------------------------------------------------ output

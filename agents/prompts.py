@@ -95,6 +95,9 @@ QUESTION_FIT = ("\nQuestion: does {domain_singular} {position}, {item}, fit your
                 "Answer yes or no.")
 QUESTION_GOAL = ("\nQuestion: is {domain_singular} {position}, {item}, one of the {target} {domain} of your "
                  "goal? Answer yes or no.")
+# The goal question of a round that steers away from the target (`GOAL_AWAY`): "yes" = not a target.
+QUESTION_AVOID = ("\nQuestion: is {domain_singular} {position}, {item}, free of {target}, so that liking it "
+                  "does not bring more {target} {domain}? Answer yes or no.")
 
 # The task goal (Appendix B: the policy is conditioned on the target set T). Shown by default;
 # `target_visible=False` leaves it out (the reference code never shows it; the paper's Task 2/3
@@ -102,6 +105,14 @@ QUESTION_GOAL = ("\nQuestion: is {domain_singular} {position}, {item}, one of th
 GOAL_VISIBLE = (
     "Your goal: help the website discover as many different {target} {domain} as possible, by liking "
     "{domain} that fit your persona and that steer its recommendations towards {target}.\n"
+)
+
+# Steering away (ctrlbench's suppression task, issue 47): the probe wants to see fewer of the target's
+# items; it keeps liking what fits its persona, minus the target.
+GOAL_AWAY = (
+    "Your goal: make the website show you fewer {target} {domain}. Like {domain} that fit your persona "
+    "and are not {target}, and never like {target} {domain}, so its recommendations move away from "
+    "{target}.\n"
 )
 
 # Appendix D.8, CtrlBench-Rec (Logic): super probes get a restructured decision logic that

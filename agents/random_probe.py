@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import numpy as np
-from ctrlsim.envs.phases import is_steering
+from ctrlsim.envs.phases import is_steering, steers_away
 
 from ctrlsim.data import Dataset
 
@@ -35,7 +35,8 @@ class TargetSeekingProbe:
     In the baseline and release rounds of a steer-then-release episode (an info whose "phase"
     is not "steer") it plays its persona instead: it likes the slate items in `baseline_items`
     (for the oracle, those sharing a tag with its seed history, `persona_items`). Without
-    phases it always seeks the targets.
+    phases it always seeks the targets. Where the plan steers away from the target (an info whose
+    "direction" is "away"), its steering rounds like the persona's items that are not targets.
     """
 
     def __init__(self, target_items: set[str], baseline_items: Iterable[str] = ()):
@@ -44,7 +45,10 @@ class TargetSeekingProbe:
 
     def act(self, observation: dict, info: dict) -> dict:
         ids = info["slate_item_ids"]
-        wanted = self.target_items if is_steering(info) else self.baseline_items
+        if steers_away(info):  # see less of the target: the persona's items that are not targets
+            wanted = self.baseline_items - self.target_items
+        else:
+            wanted = self.target_items if is_steering(info) else self.baseline_items
         likes = np.zeros(observation["slate"].shape, dtype=np.int8)
         for pos, item in enumerate(ids):
             likes[pos] = item in wanted

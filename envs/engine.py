@@ -357,6 +357,7 @@ class InteractionEngine:
             phase = self.phases.phase_of(min(probe.rounds + 1, self.phases.total))
             info["phase"] = phase
             info["goal"] = list(self.goal) if phase == STEER else []
+            info["direction"] = self.phases.direction
         if self.token_meter is not None:
             usage = self.episode_tokens(probe)
             probe.record.tokens = usage.total_tokens

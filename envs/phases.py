@@ -16,18 +16,23 @@ BASELINE, STEER, RELEASE = "baseline", "steer", "release"
 PHASES = (BASELINE, STEER, RELEASE)
 RELEASE_BASELINE, RELEASE_SKIP = "baseline", "skip"
 RELEASE_MODES = (RELEASE_BASELINE, RELEASE_SKIP)
+# Which way the steering phase pushes: towards more of the goal's tags, or away from them (see fewer).
+TOWARD, AWAY = "toward", "away"
+DIRECTIONS = (TOWARD, AWAY)
 
 
 @dataclass(frozen=True)
 class PhasePlan:
     """`baseline`, `steer` and `release` rounds (each >= 1), in that order; `release_mode` says what
     probes do in release rounds: "baseline" (their no-goal policy) or "skip" (like nothing: the
-    player sends empty likes without asking the policy)."""
+    player sends empty likes without asking the policy). `direction` says which way steering
+    pushes: "toward" the goal's tags (see more of them) or "away" from them (see fewer)."""
 
     baseline: int
     steer: int
     release: int
     release_mode: str = RELEASE_BASELINE
+    direction: str = TOWARD
 
     def __post_init__(self):
         for name in ("baseline", "steer", "release"):
@@ -38,6 +43,8 @@ class PhasePlan:
         if self.release_mode not in RELEASE_MODES:
             raise ConfigError(f"PhasePlan.release_mode must be one of {RELEASE_MODES}, "
                               f"got {self.release_mode!r}")
+        if self.direction not in DIRECTIONS:
+            raise ConfigError(f"PhasePlan.direction must be one of {DIRECTIONS}, got {self.direction!r}")
 
     @property
     def total(self) -> int:
@@ -57,7 +64,12 @@ class PhasePlan:
         return self.release_mode == RELEASE_SKIP and self.phase_of(round_no) == RELEASE
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The plan as data; `direction` only when it is "away" (plans written before it existed
+        steered toward, and their records stay as they were)."""
+        data = asdict(self)
+        if self.direction == TOWARD:
+            del data["direction"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PhasePlan":
@@ -87,6 +99,11 @@ def plan_budget(budget: int | None, phases: PhasePlan | None, default: int) -> i
                           f"({phases.baseline} baseline + {phases.steer} steer + {phases.release} release); "
                           "give one or the other")
     return phases.total
+
+
+def steers_away(info: Mapping[str, Any] | None) -> bool:
+    """Whether the round an env info describes steers away from its goal (see fewer of its tags)."""
+    return info is not None and info.get("direction") == AWAY and is_steering(info)
 
 
 def is_steering(info: Mapping[str, Any] | None) -> bool:

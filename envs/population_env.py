@@ -52,8 +52,9 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
     episode of `phases.total` rounds (a `budget` that differs is a `ConfigError`). Every info
     then also holds `"phase"`, the phase of the round the probe acts in next ("baseline",
     "steer" or "release"; once the budget is spent, the last round's), and `"goal"`, the target
-    tags in "steer" rounds and [] otherwise. The env only announces the phase: policies follow
-    it (see `ctrlsim.agents.population.play_population`). Without phases infos have neither key.
+    tags in "steer" rounds and [] otherwise, and `"direction"`, the plan's ("toward": see more of
+    the goal; "away": see less of it). The env only announces the phase: policies follow it (see
+    `ctrlsim.agents.population.play_population`). Without phases infos have none of these keys.
 
     Failures: a policy that fails on its own (a probe failure, `ctrlsim.errors.PROBE_FAILURES`)
     is reported with `env.drop(agent, reason)` before the next `step`; that step takes no

@@ -54,8 +54,9 @@ class ProbeEnv(PlainSpec, gym.Env[ObsType, ActType]):
     tokens charged to the probe's id since this episode began.
     Phases: with `phases=PhasePlan(...)` (a dict through `gymnasium.make`) the budget is the
     plan's total (a `budget` that differs is a `ConfigError`) and the info also holds `phase`
-    (of the round the probe acts in next; the last round's once done) and `goal` (the target
-    tags in "steer" rounds, [] otherwise); without phases it has neither key.
+    (of the round the probe acts in next; the last round's once done), `goal` (the target
+    tags in "steer" rounds, [] otherwise) and `direction` (the plan's, "toward" or "away");
+    without phases it has none of these keys.
     Seeding: `reset(seed=...)` only; the seed picks the user whose first
     L_init liked items (L_init drawn in `l_init`) seed the history, unless
     `options={"probe": ProbeSpec(...)}` or `options={"user_id": ...}` is given.

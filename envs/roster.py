@@ -49,10 +49,42 @@ def user_attributes(dataset: Dataset, user_id: str) -> dict:
             for k in ("age", "gender", "occupation")}
 
 
-def seed_items(dataset: Dataset, user_id: str, length: int, min_rating: float = 4.0) -> list[str]:
-    """The user's first `length` liked items (any rated items if none liked), oldest first."""
+# A history "rich in" tags (the suppression task's starting histories): at least this share of its
+# items carry one of them.
+RICH_SHARE = 0.5
+
+
+def rich_count(length: int) -> int:
+    """How many of a rich seed history's `length` items carry a rich tag."""
+    return int(np.ceil(RICH_SHARE * length))
+
+
+def seed_items(dataset: Dataset, user_id: str, length: int, min_rating: float = 4.0,
+               rich_in: Sequence[str] = ()) -> list[str]:
+    """The user's first `length` liked items (any rated items if none liked), oldest first.
+
+    With `rich_in` tags: the user's first `rich_count(length)` liked items carrying one of them and
+    the first liked items without them for the rest (more tagged ones where those run out), oldest
+    first, so at least half of the history is the tags' (see `is_rich_user`)."""
     liked = dataset.history_ids(user_id, min_rating=min_rating) or dataset.history_ids(user_id, require=True)
-    return liked[:length]
+    if not rich_in:
+        return liked[:length]
+    tagged = set().union(*(dataset.items_with_tag(t) for t in rich_in))
+    with_tags = [i for i in liked if i in tagged]
+    chosen = set(with_tags[:rich_count(length)])
+    for item in [i for i in liked if i not in tagged] + with_tags:
+        if len(chosen) >= length:
+            break
+        chosen.add(item)
+    return [i for i in liked if i in chosen]
+
+
+def is_rich_user(dataset: Dataset, user_id: str, rich_in: Sequence[str], length: int,
+                 min_rating: float = 4.0) -> bool:
+    """Whether the user liked enough items with a `rich_in` tag for a rich seed history of `length`."""
+    tagged = set().union(*(dataset.items_with_tag(t) for t in rich_in))
+    liked = dataset.history_ids(user_id, min_rating=min_rating)
+    return sum(i in tagged for i in liked) >= rich_count(length)
 
 
 def describe_person(attributes: Mapping[str, object]) -> str:

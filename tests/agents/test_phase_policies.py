@@ -127,3 +127,38 @@ def test_question_heads_ask_the_goal_question_only_while_steering(ml100k, person
 
     assert [len(policy.questions("probe_0", info(p), 3, 7)) for p in (B, S, R)] == [3, 6, 3]
     assert len(policy.questions("probe_0", {k: v for k, v in info(B).items() if k != "phase"}, 3, 7)) == 6
+
+
+def test_oracle_steering_away_likes_its_persona_without_the_target(ml100k, pop_rec):
+    plan = PhasePlan(1, 3, 1, direction="away")
+    env = PopulationEnv(pop_rec, n_agents=3, target=TARGET, phases=plan)
+    trace = play_population(env, oracle_population(ml100k, pop_rec), seed=0)
+    ids, tags = ml100k.items["item_id"].tolist(), ml100k.items["tags"].tolist()
+    tags_of = dict(zip(ids, tags))
+    steered = 0
+    for probe in trace.probes:
+        seed_tags = {t for i in probe.seed_history for t in tags_of[i]}
+        for r in probe.rounds:
+            persona = [i for i in r["slate"] if seed_tags & set(tags_of[i])]
+            want = [i for i in persona if TARGET not in tags_of[i]] if r["phase"] == S else persona
+            assert r["liked"] == want
+            steered += r["phase"] == S and len(want) < len(persona)
+    assert steered  # a persona item that is a target was left unliked while steering away
+
+
+def test_llm_probes_steering_away_are_asked_to_see_less(ml100k, personas):
+    from ctrlsim.agents import prompts
+
+    agents = {"probe_0": personas[0]}
+    policy = LLMPopulationPolicy(None, ml100k, agents, target=[TARGET])
+    away = {"slate_item_ids": ["1", "2"], "round": 0, "slate_source": "recommender", "phase": S,
+            "direction": "away"}
+    text = policy.system_text(2, away)
+    assert prompts.GOAL_AWAY.format(target=TARGET, **policy.nouns) in text
+    assert text != policy.system_text(2, {**away, "direction": "toward"})
+    assert policy.system_text(2, {**away, "phase": R}) == policy.system_text(2, {**away, "phase": R,
+                                                                                  "direction": "toward"})
+    twostep = LLMPopulationPolicy(None, ml100k, agents, target=[TARGET],
+                                  settings=DecisionSettings(decision="twostep"))
+    questions = [c[-1]["content"] for c in twostep.questions("probe_0", away, 2, 5)]
+    assert len(questions) == 4 and "free of Horror" in questions[1] and "free of" not in questions[0]

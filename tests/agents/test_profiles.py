@@ -28,6 +28,29 @@ def test_seed_items_are_the_users_first_liked_items(ml100k):
     assert items == hist[: seed_length(0, "1", (4, 6))]
 
 
+def test_rich_seed_items_are_half_the_tag_then_the_first_others_oldest_first(ml100k):
+    from dataclasses import replace
+
+    from ctrlsim.agents.llm_probe import DecisionSettings
+    from ctrlsim.agents.methods import MethodContext
+
+    gen = ProfileGenerator(ml100k, None, rich_in=("War",))
+    war = set(ml100k.items_with_tag("War"))
+    hist = ml100k.history("1", min_rating=4.0)["item_id"].tolist()
+    length = seed_length(0, "1", (4, 6))
+    tagged, others = [i for i in hist if i in war], [i for i in hist if i not in war]
+    want = set(tagged[:(length + 1) // 2]) | set(others[:length - (length + 1) // 2])
+    assert gen.seed_items("1", 0) == [i for i in hist if i in want]
+    assert sum(i in war for i in gen.seed_items("1", 0)) >= length / 2
+    # Only users who liked at least ceil(6 / 2) = 3 War movies are drawn; the persona key differs.
+    context = MethodContext(ml100k, None, ("War",), frozenset(war), seed=0, k_large=5, k_small=5, rounds=1,
+                            slate_size=3, decision_settings=DecisionSettings(),
+                            profile_settings=ProfileSettings(), llm_factory=lambda: None, rich_in=("War",))
+    for user in context.sample_users(5):
+        assert sum(i in war for i in ml100k.history(user, min_rating=4.0)["item_id"]) >= 3
+    assert context.sample_users(5) != replace(context, rich_in=()).sample_users(5)
+
+
 def test_parse_profile_accepts_fenced_json_and_trims_interests():
     text = '```json\n{"name": " Ann ", "bio": "Likes\\n noir.", "interests": ["a","b","c","d","e","f"]}\n```'
     expected = {"name": "Ann", "bio": "Likes noir.", "interests": ["a", "b", "c", "d", "e"]}

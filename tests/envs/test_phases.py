@@ -16,6 +16,8 @@ B, S, R = "baseline", "steer", "release"
     ({"baseline": True, "steer": 3, "release": 2}, "PhasePlan.baseline must be an integer >= 1, got True"),
     ({"baseline": 2, "steer": 3, "release": 2, "release_mode": "off"},
      "PhasePlan.release_mode must be one of ('baseline', 'skip'), got 'off'"),
+    ({"baseline": 2, "steer": 3, "release": 2, "direction": "down"},
+     "PhasePlan.direction must be one of ('toward', 'away'), got 'down'"),
 ])
 def test_a_bad_plan_names_its_field_and_value(fields, message):
     with pytest.raises(ConfigError) as caught:
@@ -53,6 +55,22 @@ def test_infos_announce_the_phase_and_goal_of_the_next_round(pop_rec):
     for infos, phase in zip(seen, want):
         assert {i["phase"] for i in infos.values()} == {phase}
         assert {tuple(i["goal"]) for i in infos.values()} == {("War", "Horror") if phase == S else ()}
+        assert {i["direction"] for i in infos.values()} == {"toward"}
+
+
+def test_an_away_plan_is_announced_and_stored_with_its_direction(pop_rec):
+    from ctrlsim.envs.phases import is_steering, steers_away
+
+    plan = PhasePlan(1, 1, 1, direction="away")
+    assert plan.to_dict()["direction"] == "away" and PhasePlan.from_dict(plan.to_dict()) == plan
+    env = PopulationEnv(pop_rec, n_agents=2, target="War", phases=plan)
+    _, infos = env.reset(seed=0)
+    assert {i["direction"] for i in infos.values()} == {"away"}
+    _, _, _, _, infos = env.step({a: {"likes": [0, 0, 0], "query": ""} for a in env.agents})
+    info = next(iter(infos.values()))
+    assert info["phase"] == S and info["goal"] == ["War"] and steers_away(info) and is_steering(info)
+    assert not steers_away({**info, "phase": R}) and not steers_away({**info, "direction": "toward"})
+    assert not steers_away(None)
 
 
 def test_probe_env_announces_the_same_and_takes_the_plan_as_a_dict(pop_rec):

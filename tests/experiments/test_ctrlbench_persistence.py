@@ -99,3 +99,27 @@ def test_a_persistence_run_resumes_to_the_same_records(tmp_path):
         return {k: {f: v for f, v in r.items() if f != "timing"} for k, r in records.items()}
 
     assert without_timing(resumed.records_by_key) == without_timing(whole.records_by_key)
+
+
+def test_away_episodes_are_read_on_the_complement_and_searches_are_effort_of_their_own(tmp_path):
+    from ctrlsim.experiments.ctrlbench.persistence import episode_persistence
+
+    share = [0.6, 0.6, 0.5, 0.3, 0.2, 0.2, 0.3, 0.5]  # baseline 2, steering 4, release 2
+    record = {"phases": {"baseline": 2, "steer": 4, "release": 2, "release_mode": "baseline",
+                         "direction": "away"},
+              "allow_search": True,
+              "persistence": {"target_share": share, "likes": [1, 1, 2, 2, 1, 1, 0, 0],
+                              "searches": [0, 0, 1, 0, 1, 1, 0, 0]}}
+    got = episode_persistence(record)
+    s0, s_star = 0.6, (0.3 + 0.2 + 0.2) / 3  # target shares, as stored
+    assert got["s0"] == pytest.approx(s0) and got["s_star"] == pytest.approx(s_star)
+    # R(tau) = (s0 - s(tau)) / (s0 - s*): the share of the reduction kept
+    assert got["curve"] == pytest.approx([(s0 - 0.3) / (s0 - s_star), (s0 - 0.5) / (s0 - s_star)])
+    assert (got["half_life"], got["observed"]) == (2, True)
+    # likes until the share fell to s0 / 2 = 0.3: rounds with 2 and 2 likes; searches: 1 then 0
+    assert (got["effort"], got["effort_reached"]) == (4, True)
+    assert (got["search_effort"], got["search_reached"]) == (1, True)
+    toward = {**record, "phases": {k: v for k, v in record["phases"].items() if k != "direction"},
+              "allow_search": False}
+    assert episode_persistence(toward)["curve"] is None  # toward, the share fell: not steered
+    assert "search_effort" not in episode_persistence(toward)

@@ -32,7 +32,7 @@ from typing import Any
 
 from ctrlsim.agents.llm_probe import DECISION_HEADS, DEFAULT_DECISION, DEFAULT_THRESHOLD
 from ctrlsim.backends.bundled import DEFAULT_PROBE_LLM, SMALLEST_LLM
-from ctrlsim.envs.phases import RELEASE_BASELINE, RELEASE_MODES
+from ctrlsim.envs.phases import AWAY, DIRECTIONS, RELEASE_BASELINE, RELEASE_MODES, TOWARD
 from ctrlsim.errors import ConfigError
 from ctrlsim.experiments.config import (
     DEFAULT_SUCCESS,
@@ -68,8 +68,12 @@ PAPER_PRESET: dict[str, Any] = {
     "allow_search": False,
     "decision": "json",
 }
-TASK_CHOICES = ("target-discovery", "profile-shaping", "popularity", "persistence")
+TASK_CHOICES = ("target-discovery", "profile-shaping", "popularity", "persistence", "suppression")
 PERSISTENCE = "persistence"  # steer-then-release episodes (docs/persistence.md)
+# Steering away: each (method, box, target, seed) plays the phases twice, away from the target from
+# histories rich in it and toward it from ordinary ones, for the asymmetry (docs/persistence.md).
+SUPPRESSION = "suppression"
+PHASED_TASKS = (PERSISTENCE, SUPPRESSION)
 SMALL_USERS = ("own", "nested")
 CONVERSATIONS = ("memory", "append")
 # `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
@@ -107,14 +111,18 @@ class CtrlBenchConfig:
     task: str = option("target-discovery", "which task's tables: target-discovery (Tables 1, 7), "
                        "profile-shaping (Table 2) or popularity (Figures 8, 9), which every episode records; "
                        "or persistence: steer-then-release episodes (baseline, --rounds of steering, "
-                       "release) and whether control lasts", choices=TASK_CHOICES)
-    baseline_rounds: int = option(2, "(--task persistence) rounds before steering: probes without a goal",
+                       "release) and whether control lasts; or suppression: the same phases steering away "
+                       "from the target (histories rich in it) and toward it, and their asymmetry",
+                       choices=TASK_CHOICES)
+    baseline_rounds: int = option(2, "(--task persistence, suppression) rounds before steering: probes "
+                                  "without a goal",
                                   low=1, high=MAX_ROUNDS, omit_default=True)
-    release_rounds: int | None = option(None, "(--task persistence) rounds after steering stops (default: "
-                                        "--rounds)", low=1, high=MAX_ROUNDS, omit_default=True)
-    release: str = option(RELEASE_BASELINE, "(--task persistence) what probes do after steering: baseline "
-                          "(their goal-free policy) or skip (like nothing)", choices=RELEASE_MODES,
-                          omit_default=True)
+    release_rounds: int | None = option(None, "(--task persistence, suppression) rounds after steering "
+                                        "stops (default: --rounds)", low=1, high=MAX_ROUNDS,
+                                        omit_default=True)
+    release: str = option(RELEASE_BASELINE, "(--task persistence, suppression) what probes do after "
+                          "steering: baseline (their goal-free policy) or skip (like nothing)",
+                          choices=RELEASE_MODES, omit_default=True)
     allow_search: bool = option(False, "offer probes the search tool (search likes shape histories but "
                                 "never count; paper's evaluation: off)")
     reference: str | None = option(None, "the method every other is compared with in the paired table "
@@ -215,10 +223,10 @@ class CtrlBenchConfig:
             raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
         for t in self.checkpoints or ():
             check_range("checkpoints", t, low=1, high=self.rounds)
-        if self.task != PERSISTENCE and (self.baseline_rounds != 2 or self.release_rounds is not None
-                                         or self.release != RELEASE_BASELINE):
-            raise ConfigError("baseline_rounds, release_rounds and release belong to --task persistence "
-                              f"(the task is {self.task!r})")
+        if self.task not in PHASED_TASKS and (self.baseline_rounds != 2 or self.release_rounds is not None
+                                              or self.release != RELEASE_BASELINE):
+            raise ConfigError("baseline_rounds, release_rounds and release belong to --task persistence or "
+                              f"suppression (the task is {self.task!r})")
         if self.roster is not None and not Path(self.roster).is_file():
             raise ConfigError(f"--roster {self.roster!r}: no such file")
 
@@ -245,13 +253,15 @@ class CtrlBenchConfig:
                                 conversation=self.conversation, decision=self.decision,
                                 threshold=self.decision_threshold)
 
-    def phase_plan(self):
-        """The steer-then-release plan of a persistence run (`ctrlsim.envs.PhasePlan`), else None."""
-        if self.task != PERSISTENCE:
+    def phase_plan(self, direction: str = TOWARD):
+        """The steer-then-release plan of a persistence or suppression run, steering `direction`
+        (`ctrlsim.envs.PhasePlan`), else None."""
+        if self.task not in PHASED_TASKS:
             return None
         from ctrlsim.envs.phases import PhasePlan
 
-        return PhasePlan(self.baseline_rounds, self.rounds, self.release_rounds or self.rounds, self.release)
+        return PhasePlan(self.baseline_rounds, self.rounds, self.release_rounds or self.rounds, self.release,
+                         direction)
 
     @property
     def episode_rounds(self) -> int:
@@ -271,9 +281,11 @@ class CtrlBenchConfig:
         return tuple(sorted({max(1, round(self.rounds * q / 4)) for q in (1, 2, 3, 4)}))
 
     def episodes(self) -> list[Episode]:
-        """Every episode in a stable order (box, target, seed, method)."""
-        return [Episode(m, b, t, s) for b in self.recommenders for t in self.targets for s in self.seeds
-                for m in self.all_methods]
+        """Every episode in a stable order (box, target, seed, method; with --task suppression, then
+        direction: toward, away)."""
+        directions: tuple[str | None, ...] = DIRECTIONS if self.task == SUPPRESSION else (None,)
+        return [Episode(m, b, t, s, d) for b in self.recommenders for t in self.targets for s in self.seeds
+                for m in self.all_methods for d in directions]
 
     def keys(self) -> list[str]:
         """Episode keys in a stable order: method|box|target|seed=N."""
@@ -282,28 +294,37 @@ class CtrlBenchConfig:
 
 @dataclass(frozen=True)
 class Episode:
-    """One unit of a ctrlbench run: a (method, box, target, seed) episode. Its record is stored
-    under `key`; the spec travels with the key to the unit, which never parses the key back."""
+    """One unit of a ctrlbench run: a (method, box, target, seed) episode, and with --task suppression
+    the direction its steering pushes ("toward" or "away"). Its record is stored under `key`; the
+    spec travels with the key to the unit, which never parses the key back."""
 
     method: str
     box: str
     target: str
     seed: int
+    direction: str | None = None
 
     @property
     def key(self) -> str:
-        return episode_key(self.method, self.box, self.target, self.seed)
+        return episode_key(self.method, self.box, self.target, self.seed, self.direction)
+
+    @property
+    def steers_away(self) -> bool:
+        return self.direction == AWAY
 
 
-
-def episode_key(method: str, box: str, target: str, seed: int) -> str:
-    return f"{method}|{box}|{target}|seed={seed}"
+def episode_key(method: str, box: str, target: str, seed: int, direction: str | None = None) -> str:
+    """method|box|target|seed=N, and |toward or |away for a suppression run's episode."""
+    key = f"{method}|{box}|{target}|seed={seed}"
+    return key if direction is None else f"{key}|{direction}"
 
 
 def parse_key(key: str) -> tuple[str, str, str, int]:
     try:
-        method, box, target, seed = key.split("|")
+        method, box, target, seed, *direction = key.split("|")
+        if len(direction) > 1 or (direction and direction[0] not in DIRECTIONS):
+            raise ValueError(key)
         return method, box, target, int(seed.removeprefix("seed="))
     except ValueError:
-        raise ConfigError(f"not a ctrlbench episode key: {key!r} (expected method|box|target|seed=N)") \
-            from None
+        raise ConfigError(f"not a ctrlbench episode key: {key!r} (expected method|box|target|seed=N, "
+                          "then |toward or |away in a suppression run)") from None

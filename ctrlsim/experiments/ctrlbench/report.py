@@ -18,7 +18,8 @@ from ctrlsim.metrics.stats import mean_ci
 
 TASK_TITLES = {"target-discovery": "Task 1 (target content discovery)",
                "profile-shaping": "Task 2 (profile shaping)", "popularity": "Task 3 (popularity bias)",
-               "persistence": "persistence (steer, then release)"}
+               "persistence": "persistence (steer, then release)",
+               "suppression": "suppression (steer away and toward, then release)"}
 
 
 def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> list[Block]:
@@ -47,6 +48,10 @@ def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int])
         from ctrlsim.experiments.ctrlbench.persistence import persistence_blocks
 
         return blocks + persistence_blocks(config, records) + [T.substitution_table(config, records)]
+    if config.task == "suppression":
+        from ctrlsim.experiments.ctrlbench.suppression import suppression_blocks
+
+        return blocks + suppression_blocks(config, records) + [T.substitution_table(config, records)]
     if config.task == "profile-shaping":
         blocks.append(T.profile_table(config, records))
     elif config.task == "popularity":
@@ -153,10 +158,15 @@ def save_figures(folder, config, records: Mapping[str, dict], sizes: Mapping[str
         saved.append(folder.save_figure(_panels(
             config, records, lambda r: r["popularity_curves"]["popularity"], "mean popularity (eq. 3)",
             "Popularity of the items interacted with (Figure 9)"), "popularity_by_round"))
-    if config.task == "persistence":
-        from ctrlsim.experiments.ctrlbench.persistence import retention_figure
+    if config.task in ("persistence", "suppression"):
+        from ctrlsim.experiments.ctrlbench.persistence import effort_figure, retention_figure
 
         saved.append(folder.save_figure(retention_figure(config, records), "retention_by_round"))
+        saved.append(folder.save_figure(effort_figure(config, records), "effort_curves"))
+    if config.task == "suppression":
+        from ctrlsim.experiments.ctrlbench.suppression import share_figure
+
+        saved.append(folder.save_figure(share_figure(config, records), "share_by_round"))
     if config.task == "profile-shaping":
         saved.append(folder.save_figure(_panels(
             config, records, lambda r: r["profile_curves"]["accuracy"][1:], "cos(V_t, V_target)",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from ctrlsim.envs.phases import TOWARD
 from ctrlsim.experiments.context import UnitContext
 from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig, Episode
 from ctrlsim.experiments.ctrlbench.inputs import (
@@ -39,11 +40,12 @@ def run_episode(config: CtrlBenchConfig, unit: UnitContext, episode: Episode, *,
         profile_settings=ProfileSettings(l_init=tuple(config.l_init), temperature=config.temperature),
         llm_factory=lambda: run_llm(unit, config),
         profile_store=unit.profile_store(cached=config.cache),
-        options=dict(config.method_options.get(method, {})), show_progress=bars)
+        options=dict(config.method_options.get(method, {})), show_progress=bars,
+        rich_in=target_tags(target) if episode.steers_away else ())
     population = method_population(method, config.roster, context)
     spec = EpisodeSpec(method, method_label(method), box, target, seed, config.episode_rounds, slate_size,
                        config.target_visible, config.like_prob, target_tags(target), config.allow_search,
-                       config.task, config.phase_plan())
+                       config.task, config.phase_plan(episode.direction or TOWARD))
     llm = run_llm(unit, config) if population.policy == "llm" else None
     record = play_episode(spec, population, recommender, targets, llm=llm, settings=settings,
                           show_progress=bars)
