@@ -15,7 +15,7 @@ Coverage, Efficiency, Len or the Task 2 / Task 3 curves; the record reports them
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -171,6 +171,10 @@ class EpisodeSpec:
     allow_search: bool = False
     task: str = "target-discovery"
     phases: Any = None  # a steer-then-release `ctrlsim.envs.PhasePlan` (rounds = its total), or None
+    negative_feedback: bool = False  # the env takes not interested, dislike and block actions
+    # `play_population`'s hook: sees each round's actions and returns those played (a
+    # counterfactual arm's feedback); not part of what identifies the episode
+    intervene: Any = field(default=None, compare=False, repr=False)
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -194,7 +198,8 @@ def play_episode(spec: EpisodeSpec, population, recommender, target_items: froze
     meter = TokenMeter()
     env = PopulationEnv(recommender, n_agents=len(population.personas), task="target-discovery",
                         target=list(spec.tags), slate_size=spec.slate_size, budget=spec.rounds,
-                        token_meter=meter, allow_search=spec.allow_search, phases=spec.phases)
+                        token_meter=meter, allow_search=spec.allow_search, phases=spec.phases,
+                        negative_feedback=spec.negative_feedback)
     llm = llm if population.policy == "llm" else None
     bar = tqdm(total=spec.rounds, desc=f"{spec.method} {spec.box} {spec.target} s{spec.seed}", unit="round",
                leave=False, disable=not show_progress)
@@ -211,7 +216,8 @@ def play_episode(spec: EpisodeSpec, population, recommender, target_items: froze
                         llm=llm, settings=settings, like_prob=spec.like_prob)
     try:
         trace = play_population(env, population, seed=spec.seed, target=spec.tags, llm=llm,
-                                settings=settings, like_prob=spec.like_prob, meter=meter, on_round=tick)
+                                settings=settings, like_prob=spec.like_prob, meter=meter, on_round=tick,
+                                intervene=spec.intervene)
     finally:
         bar.close()
     record = episode_record(spec, population, trace, target_items, recommender, llm,

@@ -68,7 +68,8 @@ class EpisodeTrace:
 def play_population(env, population: Population, *, seed: int, target: Sequence[str] = (), llm=None,
                     settings: DecisionSettings | None = None, like_prob: float = 0.3,
                     meter: TokenMeter | None = None,
-                    on_round: Callable[[int, EpisodeTrace], None] | None = None) -> EpisodeTrace:
+                    on_round: Callable[[int, EpisodeTrace], None] | None = None,
+                    intervene: Callable[[int, dict, dict], dict] | None = None) -> EpisodeTrace:
     """Reset `env` with the population's roster (seeded) and play until every probe is done.
 
     LLM populations decide with one batched `chat` per step; a probe whose LLM call fails with a
@@ -82,6 +83,10 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
     from the infos (LLM probes drop the goal outside "steer", the oracle plays its persona,
     random probes flip the same coins), and under release_mode "skip" every release round is
     played here as a skip (no like, no query) without asking the policy or the LLM.
+
+    `intervene(round_no, actions, infos)`, where given, sees every round's actions before the env
+    does and returns the actions played (a counterfactual arm adds its negative feedback there);
+    a round's negative feedback, when any was given, is kept in its trace entry ("feedback").
     """
     meter = meter if meter is not None else TokenMeter()
     settings = settings if settings is not None else DecisionSettings()
@@ -120,6 +125,8 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
                 env.drop(agent, reason)
         else:
             actions = custom.act({a: obs[a] for a in live}, {a: infos[a] for a in live})
+        if intervene is not None:
+            actions = intervene(round_no, actions, {a: infos[a] for a in live})
         obs, _, terms, _, infos = env.step(actions)
         for agent in live:
             probe_trace = per_agent[agent]
@@ -131,6 +138,9 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
                     "reply": policy.reply(agent, round_no) if policy is not None else None}
                 if phases is not None:
                     entry["phase"] = phases.phase_of(len(record.slates))
+                given = record.feedback_per_round[-1] if record.feedback_per_round else None
+                if given and any(given.values()):
+                    entry["feedback"] = given
                 probe_trace.rounds.append(entry)
             probe_trace.likes_per_round = [list(x) for x in record.likes_per_round]
             probe_trace.tokens_per_round.append(meter.usage(probe_trace.probe_id).total_tokens)

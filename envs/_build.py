@@ -48,12 +48,12 @@ def build_engine(recommender: Recommender | str, dataset: Dataset | str, task: T
                  target: str | Sequence[str] | Mapping[str, float] | None,
                  recommender_options: Mapping | None, task_options: Mapping | None, mask_shown: bool, *,
                  slate_size: int, budget: int | None, token_meter: TokenMeter | None,
-                 allow_search: bool = True,
-                 phases: PhasePlan | Mapping | None = None) -> InteractionEngine:
+                 allow_search: bool = True, phases: PhasePlan | Mapping | None = None,
+                 negative_feedback: bool = False) -> InteractionEngine:
     """The engine; with `phases` its budget is the plan's total (a given `budget` must agree)."""
     plan = as_phase_plan(phases)
     budget = plan_budget(budget, plan, DEFAULT_BUDGET)
     rec, task_obj = build_parts(recommender, dataset, task, target, recommender_options, task_options,
                                 mask_shown)
     return InteractionEngine(rec, task_obj, slate_size=slate_size, budget=budget, token_meter=token_meter,
-                             allow_search=allow_search, phases=plan)
+                             allow_search=allow_search, phases=plan, negative_feedback=negative_feedback)

@@ -23,6 +23,7 @@ from ctrlsim.errors import BudgetExceededError, ConfigError, InvalidAction
 from ctrlsim.recommenders import Recommender, UserState
 from ctrlsim.recommenders.search import CatalogueSearch
 
+from .feedback import FEEDBACK_KEYS, NO_FEEDBACK, Feedback, check_feedback, feedback_spaces
 from .phases import STEER, PhasePlan
 from .tasks import SOURCE_RECOMMENDER as RECOMMENDER_SLATE
 from .tasks import SOURCE_SEARCH as SEARCH_SLATE
@@ -88,9 +89,11 @@ class Probe:
 
     def state(self, dataset: Dataset) -> UserState:
         ids = dataset.item_ids
-        return UserState(history=self.record.history, profile=self.spec.profile,
+        record = self.record
+        return UserState(history=record.history, profile=self.spec.profile,
                          attributes=dict(self.spec.attributes), shown=tuple(ids[list(self.shown)]),
-                         user_id=self.key)
+                         user_id=self.key, not_interested=tuple(record.not_interested),
+                         disliked=tuple(record.disliked), blocked_tags=tuple(record.blocked_tags))
 
 
 def observation_space(n_items: int, slate_size: int, budget: int) -> spaces.Dict:
@@ -213,7 +216,7 @@ def check_query(query: object, max_length: int = MAX_QUERY_LENGTH) -> str:
 class InteractionEngine:
     def __init__(self, recommender: Recommender, task: Task, *, slate_size: int, budget: int,
                  token_meter: TokenMeter | None = None, allow_search: bool = True,
-                 phases: PhasePlan | None = None):
+                 phases: PhasePlan | None = None, negative_feedback: bool = False):
         if isinstance(slate_size, bool) or not isinstance(slate_size, (int, np.integer)) or slate_size < 1:
             raise ConfigError(f"slate_size must be an integer >= 1, got {slate_size!r}")
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
@@ -228,6 +231,11 @@ class InteractionEngine:
         if phases is not None and phases.total != self.budget:
             raise ConfigError(f"budget={self.budget} differs from the phase plan's {phases.total} rounds")
         self.phases = phases
+        if not isinstance(negative_feedback, (bool, np.bool_)):
+            raise ConfigError(f"negative_feedback must be True or False, got {negative_feedback!r}")
+        self.negative_feedback = bool(negative_feedback)
+        # the tags a `block` action names by index (envs.feedback), in the catalogue's order
+        self.block_tags = tuple(map(str, self.dataset.tags)) if self.negative_feedback else ()
         # the target tags, which infos name as the goal in steer rounds
         self.goal = [str(t) for t in task.config.get("target") or []] if phases is not None else []
         self._search: CatalogueSearch | None = None
@@ -236,8 +244,11 @@ class InteractionEngine:
     def action_space(self) -> spaces.Dict:
         """The env's action space: `QuerySpace.sample()` searches only where search is on, rarely,
         with the catalogue's tag names."""
-        return action_space(self.slate_size, allow_search=self.allow_search,
-                            vocabulary=query_vocabulary(self.dataset))
+        space = action_space(self.slate_size, allow_search=self.allow_search,
+                             vocabulary=query_vocabulary(self.dataset))
+        if self.negative_feedback:
+            space = spaces.Dict({**space.spaces, **feedback_spaces(self.slate_size, self.block_tags)})
+        return space
 
     @property
     def search(self) -> CatalogueSearch:
@@ -265,19 +276,25 @@ class InteractionEngine:
         self._next_slates(probes, [""] * len(probes))
         return probes
 
-    def validate(self, action) -> tuple[np.ndarray, str]:
-        """(likes vector, stripped query) of a well-formed action; `InvalidAction` otherwise."""
+    def validate(self, action) -> tuple[np.ndarray, str, Feedback]:
+        """(likes vector, stripped query, negative feedback) of a well-formed action; `InvalidAction`
+        otherwise."""
         if not isinstance(action, Mapping) or "likes" not in action:
             raise InvalidAction(f"action must be a dict with 'likes' (and optional 'query'), got {action!r}")
-        unknown = sorted(str(k) for k in action if k not in ACTION_KEYS)
+        keys = ACTION_KEYS + FEEDBACK_KEYS if self.negative_feedback else ACTION_KEYS
+        unknown = sorted(str(k) for k in action if k not in keys)
         if unknown:
+            off = [k for k in unknown if k in FEEDBACK_KEYS]
             raise InvalidAction(f"action has unknown key(s) {', '.join(map(repr, unknown))}; "
-                                f"expected {list(ACTION_KEYS)}")
+                                f"expected {list(keys)}"
+                                + ("; negative feedback needs an env made with negative_feedback=True"
+                                   if off else ""))
         likes, query = check_likes(action["likes"], self.slate_size), check_query(action.get("query"))
         if query and not self.allow_search:
             raise InvalidAction(f"search is off in this env (allow_search=False), got query {query!r}: "
                                 "send an empty 'query' (Appendix B: a_t in L_t or a skip)")
-        return likes, query
+        feedback = check_feedback(action, likes, self.block_tags) if self.negative_feedback else NO_FEEDBACK
+        return likes, query, feedback
 
     def episode_tokens(self, probe: Probe) -> Usage:
         """Tokens charged to the probe's key since its episode began."""
@@ -286,8 +303,10 @@ class InteractionEngine:
         now, start = self.token_meter.usage(probe.key), probe.tokens_at_start
         return Usage(**{f.name: getattr(now, f.name) - getattr(start, f.name) for f in fields(Usage)})
 
-    def act(self, probe: Probe, likes: np.ndarray, query: str) -> tuple[list[str], float]:
-        """Apply one probe's likes on its current slate; returns (new likes, reward).
+    def act(self, probe: Probe, likes: np.ndarray, query: str,
+            feedback: Feedback = NO_FEEDBACK) -> tuple[list[str], float]:
+        """Apply one probe's likes (and negative feedback) on its current slate; returns (new likes,
+        reward).
 
         Every like joins the probe's history (the black box sees it), and the round records the
         slate's source and the query; the task's reward and metrics count likes on recommender
@@ -309,10 +328,18 @@ class InteractionEngine:
         record.slates.append([int(i) for i in probe.slate])
         record.sources.append(SEARCH_SLATE if from_search else RECOMMENDER_SLATE)
         record.queries.append(query)
+        record.add_feedback(*self._feedback_items(probe, feedback))
         probe.rounds += 1
         if from_search:  # search results earn nothing: the reward is for steering the recommender
             return new, self.task.step_reward(record, [], [])
         return new, self.task.step_reward(record, new, probe.slate.tolist())
+
+    def _feedback_items(self, probe: Probe, feedback: Feedback) -> tuple[list[str], list[str], str | None]:
+        """(not-interested items, disliked items, blocked tag) of a probe's feedback on its slate."""
+        def items(positions):
+            return [str(self.dataset.item_ids[probe.slate[p]]) for p in positions if p < len(probe.slate)]
+
+        return items(feedback.not_interested), items(feedback.disliked), feedback.block
 
     def advance(self, probes: Sequence[Probe], queries: Sequence[str]) -> None:
         """Next slates for probes that still have budget."""

@@ -48,6 +48,10 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
     policies) derive from it. Episode end: `truncations[agent]` when its round budget is
     spent (`budget`, 20 unless given).
 
+    Negative feedback: with `negative_feedback=True` the action also takes `feedback` (per slate
+    position 0 nothing, 1 not interested, 2 dislike) and `block` (0, or a tag index / name), which
+    the box sees in every later `UserState` (`ctrlsim.envs.feedback`); without it both keys are
+    an `InvalidAction` and nothing changes.
     Phases: `phases=PhasePlan(baseline, steer, release)` (or its dict) makes a steer-then-release
     episode of `phases.total` rounds (a `budget` that differs is a `ConfigError`). Every info
     then also holds `"phase"`, the phase of the round the probe acts in next ("baseline",
@@ -85,13 +89,15 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
                  budget: int | None = None, l_init: tuple[int, int] = (4, 6), mask_shown: bool = True,
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
                  token_meter: TokenMeter | None = None, render_mode: str | None = None,
-                 allow_search: bool = True, phases: PhasePlan | Mapping | None = None):
+                 allow_search: bool = True, phases: PhasePlan | Mapping | None = None,
+                 negative_feedback: bool = False):
         check_render_mode(render_mode, self.metadata, type(self).__name__)
         self.n_agents = check_positive_int("n_agents", n_agents)
         self.l_init = check_l_init(l_init)
         self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
                                    mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter,
-                                   allow_search=allow_search, phases=phases)
+                                   allow_search=allow_search, phases=phases,
+                                   negative_feedback=negative_feedback)
         self.recommender, self.task = self.engine.recommender, self.engine.task
         self.phases: PhasePlan | None = self.engine.phases
         self.dataset = self.engine.dataset
@@ -121,6 +127,8 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
                   "budget": self.engine.budget, "l_init": list(self.l_init)}
         if self.phases is not None:
             config["phases"] = self.phases.to_dict()
+        if self.engine.negative_feedback:
+            config["negative_feedback"] = True
         return config
 
     def reset(self, seed: int | None = None,
@@ -169,8 +177,8 @@ class PopulationEnv(ParallelEnv[AgentID, ObsType, ActType]):
                 if agent not in actions or actions[agent] is None:
                     raise InvalidAction("no action given (report a failed policy with "
                                         "env.drop(agent, reason))")
-                likes, query = self.engine.validate(actions[agent])
-                new_likes[agent], rewards[agent] = self.engine.act(self.probes[agent], likes, query)
+                likes, query, feedback = self.engine.validate(actions[agent])
+                new_likes[agent], rewards[agent] = self.engine.act(self.probes[agent], likes, query, feedback)
             except PROBE_FAILURES as exc:  # a bad action drops its probe; the population goes on
                 self.failures[agent] = f"{type(exc).__name__}: {exc}"
                 rewards[agent] = 0.0

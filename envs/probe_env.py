@@ -52,6 +52,10 @@ class ProbeEnv(PlainSpec, gym.Env[ObsType, ActType]):
     Info: the probe's id (`probe`), slate item ids and texts (what an LLM probe
     reads), new likes, the task's per-probe metrics, and, with a `token_meter`, the
     tokens charged to the probe's id since this episode began.
+    Negative feedback: with `negative_feedback=True` the action also takes `feedback` (per slate
+    position 0 nothing, 1 not interested, 2 dislike) and `block` (0, or a tag index / name), which
+    the box sees in every later `UserState` (`ctrlsim.envs.feedback`); without it both keys are
+    an `InvalidAction` and nothing changes.
     Phases: with `phases=PhasePlan(...)` (a dict through `gymnasium.make`) the budget is the
     plan's total (a `budget` that differs is a `ConfigError`) and the info also holds `phase`
     (of the round the probe acts in next; the last round's once done), `goal` (the target
@@ -80,12 +84,14 @@ class ProbeEnv(PlainSpec, gym.Env[ObsType, ActType]):
                  mask_shown: bool = True,
                  recommender_options: Mapping | None = None, task_options: Mapping | None = None,
                  token_meter: TokenMeter | None = None, render_mode: str | None = None,
-                 allow_search: bool = True, phases: PhasePlan | Mapping | None = None):
+                 allow_search: bool = True, phases: PhasePlan | Mapping | None = None,
+                 negative_feedback: bool = False):
         check_render_mode(render_mode, self.metadata, type(self).__name__)
         self.l_init = check_l_init(l_init)
         self.engine = build_engine(recommender, dataset, task, target, recommender_options, task_options,
                                    mask_shown, slate_size=slate_size, budget=budget, token_meter=token_meter,
-                                   allow_search=allow_search, phases=phases)
+                                   allow_search=allow_search, phases=phases,
+                                   negative_feedback=negative_feedback)
         self.recommender, self.task = self.engine.recommender, self.engine.task
         self.phases: PhasePlan | None = self.engine.phases
         self.dataset = self.engine.dataset
@@ -103,6 +109,8 @@ class ProbeEnv(PlainSpec, gym.Env[ObsType, ActType]):
                   "l_init": list(self.l_init)}
         if self.phases is not None:
             config["phases"] = self.phases.to_dict()
+        if self.engine.negative_feedback:
+            config["negative_feedback"] = True
         return config
 
     def reset(self, *, seed: int | None = None,
@@ -124,8 +132,8 @@ class ProbeEnv(PlainSpec, gym.Env[ObsType, ActType]):
 
     def step(self, action: ActType) -> tuple[ObsType, float, bool, bool, dict]:
         probe = check_reset(self.probe, "step")
-        likes, query = self.engine.validate(action)
-        new, reward = self.engine.act(probe, likes, query)
+        likes, query, feedback = self.engine.validate(action)
+        new, reward = self.engine.act(probe, likes, query, feedback)
         self.engine.advance([probe], [query])
         truncated = probe.rounds >= self.engine.budget
         info = self.engine.info(probe, new)

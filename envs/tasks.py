@@ -33,6 +33,21 @@ class ProbeRecord:
     sources: list[str] = field(default_factory=list)        # per round: "recommender" or "search"
     queries: list[str] = field(default_factory=list)        # per round: the query issued ("" = none)
     tokens: int = 0
+    # Explicit negative feedback (envs made with negative_feedback=True): items marked "not
+    # interested" and disliked, tags blocked (each once, in order), and per round what was given.
+    not_interested: list[str] = field(default_factory=list)
+    disliked: list[str] = field(default_factory=list)
+    blocked_tags: list[str] = field(default_factory=list)
+    feedback_per_round: list[dict] = field(default_factory=list)
+
+    def add_feedback(self, not_interested: Sequence[str], disliked: Sequence[str], block: str | None) -> None:
+        """One round's negative feedback (an item or tag already given counts once)."""
+        self.not_interested.extend(i for i in dict.fromkeys(not_interested) if i not in self.not_interested)
+        self.disliked.extend(i for i in dict.fromkeys(disliked) if i not in self.disliked)
+        if block is not None and block not in self.blocked_tags:
+            self.blocked_tags.append(block)
+        self.feedback_per_round.append({"not_interested": list(not_interested), "disliked": list(disliked),
+                                        "block": block})
 
     @property
     def history(self) -> tuple[str, ...]:

@@ -25,6 +25,9 @@ class UserState:
     attributes: demographic or other fields (age, gender, ...).
     shown: item ids already shown to this user (masked when the recommender's
         `mask_shown` option is on, as CtrlBench-Rec does).
+    not_interested, disliked: item ids the user marked "not interested" or disliked, oldest
+        first (explicit negative feedback, issue 48); blocked_tags: tags the user asked never to
+        see ("don't recommend this"). What a box does with them is its `negative_feedback`.
     """
 
     history: tuple[str, ...] = ()
@@ -32,10 +35,22 @@ class UserState:
     attributes: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     shown: tuple[str, ...] = ()
     user_id: str | None = None
+    not_interested: tuple[str, ...] = ()
+    disliked: tuple[str, ...] = ()
+    blocked_tags: tuple[str, ...] = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "history", _item_ids("history", self.history))
-        object.__setattr__(self, "shown", _item_ids("shown", self.shown))
+        for name in ("history", "shown", "not_interested", "disliked", "blocked_tags"):
+            object.__setattr__(self, name, _item_ids(name, getattr(self, name)))
+
+    @property
+    def negatives(self) -> tuple[str, ...]:
+        """The items of every negative event (not interested, then disliked), oldest first."""
+        return self.not_interested + self.disliked
+
+    @property
+    def has_negative_feedback(self) -> bool:
+        return bool(self.not_interested or self.disliked or self.blocked_tags)
 
 
 def _item_ids(field_name: str, ids) -> tuple[str, ...]:
@@ -46,7 +61,8 @@ def _item_ids(field_name: str, ids) -> tuple[str, ...]:
     """
     if isinstance(ids, (str, bytes)) or ids is None or isinstance(ids, (set, frozenset, Mapping)) \
             or not isinstance(ids, Iterable):
-        raise ConfigError(f"UserState.{field_name} must be a sequence of item ids, got {ids!r}"
+        what = "tags" if field_name == "blocked_tags" else "item ids"
+        raise ConfigError(f"UserState.{field_name} must be a sequence of {what}, got {ids!r}"
                           + (f"; did you mean ({ids!r},)?" if isinstance(ids, str) else ""))
     out = []
     for item in ids:
@@ -71,15 +87,27 @@ class Slate:
 Candidates = Sequence[str] | Sequence[Sequence[str]] | None
 
 
+# What a box that does not read explicit negative feedback does with it (its `negative_feedback`).
+IGNORES_NEGATIVE_FEEDBACK = "ignored: not interested, dislikes and blocked tags change nothing"
+
+
 class Recommender:
     """Base class. Subclasses implement `score_all` (dense) or override `score_candidates`.
 
     Options common to all recommenders:
         exclude_history: never recommend items in the state's history (default True).
         mask_shown: never recommend items in the state's `shown` (default False).
+
+    `negative_feedback` says in words what the box does with a state's not-interested items,
+    dislikes and blocked tags; a box that reads them overrides it (the base class ignores them).
     """
 
     name: str = "abstract"
+    negative_feedback: str = IGNORES_NEGATIVE_FEEDBACK
+
+    @property
+    def reads_negative_feedback(self) -> bool:
+        return self.negative_feedback != IGNORES_NEGATIVE_FEEDBACK
 
     def __init__(self, dataset: Dataset, *, exclude_history: bool = True, mask_shown: bool = False):
         self.dataset = dataset
@@ -124,6 +152,7 @@ class Recommender:
         for state in states:
             self.dataset.check_items(state.history)
             self.dataset.check_items(state.shown)
+            self.dataset.check_items(state.negatives)
         if pools is None:  # the whole catalogue
             return [self._top_k(state, None, np.asarray(s, dtype=np.float64), k)
                     for state, s in zip(states, self.score_all(states))]

@@ -31,6 +31,13 @@ arguments are merged (keyword arguments win).
   (seed, history, shown), and the excluded items (history, shown with `mask_shown`) are the whole
   state's, as without a window. Without the option nothing changes: no `window` in the identity,
   the same slates and the same draws.
+* negative feedback `neg=mu` (a number in [0, 1]; absent = ignored, the default): every item the
+  user marked not interested or disliked removes each catalogue item sharing a tag with it with
+  probability mu, and every blocked tag removes each of its items with probability mu (one draw
+  per (event, item), seeded by `seed` and the event, so the same events always remove the same
+  items). Removed items never reach a slate. This holds at every lambda, lambda = 0 included: the
+  dial's negative-feedback strength is its own, known answer (issue 48): over the items similar to
+  the one dismissed, a share mu disappears.
 * affinity a: `tags` (tag overlap: for each of the item's tags, how many items of F carry it,
   summed; an item sharing the tags all the liked items share ranks first; ties by the base
   ranking) or `embedding` (cosine between the item's text embedding and the mean embedding of F,
@@ -155,6 +162,20 @@ def parse_seed(name: str, value: object) -> int:
     raise ConfigError(f"{name}={value!r} is not an integer >= 0")
 
 
+def parse_strength(name: str, value: object) -> float:
+    """A negative-feedback strength mu in [0, 1], given as a number or its text (as spec options are)."""
+    mu = float("nan")
+    if isinstance(value, (str, int, float, np.number)) and not isinstance(value, (bool, np.bool_)):
+        try:
+            mu = float(value)
+        except ValueError:
+            pass
+    if not 0.0 <= mu <= 1.0:
+        raise ConfigError(f"{name}={value!r} is not a number in [0, 1] (the share of similar items a "
+                          "negative event removes)")
+    return mu
+
+
 def parse_window(name: str, value: object) -> int:
     """A memory window given as a positive integer or its digits (as spec options are)."""
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and int(value) > 0:
@@ -182,7 +203,7 @@ def base_ranking(dataset: Dataset, base: str, seed: int) -> tuple[np.ndarray, np
 # The options each dial kind takes, and their allowed values (None: any value of the right type).
 DIAL_OPTIONS: dict[str, dict[str, Sequence[str] | None]] = {
     "dial": {"base": BASES, "affinity": AFFINITIES, "mix": MIXES, "follow": FOLLOWS, "seed": None,
-             "window": None, "encoder": None, "exclude_history": None, "mask_shown": None},
+             "window": None, "encoder": None, "neg": None, "exclude_history": None, "mask_shown": None},
     "dial-profile": {"base": BASES, "seed": None, "exclude_history": None, "mask_shown": None},
 }
 
@@ -203,6 +224,8 @@ def check_dial_spec(spec: str) -> DialSpec:
             parse_seed(f"{spec!r}: option seed", value)
         elif key == "window":
             parse_window(f"{spec!r}: option window", value)
+        elif key == "neg":
+            parse_strength(f"{spec!r}: option neg", value)
     return parsed
 
 
@@ -227,11 +250,12 @@ class DialRecommender(Recommender):
 
     def __init__(self, dataset: Dataset, *, lam: float, base: str = "popularity", affinity: str = "tags",
                  mix: str = "positions", follow: str = "feedback", seed: int | str = 0,
-                 window: int | str | None = None, encoder: str = "minilm", **options):
+                 window: int | str | None = None, encoder: str = "minilm", neg: float | str | None = None,
+                 **options):
         unknown = sorted(set(options) - set(FLAG_OPTIONS))
         if unknown:
             raise ConfigError(f"unknown dial option(s) {unknown}; options: base, affinity, mix, follow, "
-                              f"seed, window, encoder, {', '.join(FLAG_OPTIONS)}")
+                              f"seed, window, encoder, neg, {', '.join(FLAG_OPTIONS)}")
         super().__init__(dataset, **{k: parse_flag(f"dial option {k}", v) for k, v in options.items()})
         self.lam = check_lambda(lam)
         self.base = _check_option("base", base, BASES)
@@ -241,6 +265,14 @@ class DialRecommender(Recommender):
         self.seed = parse_seed("dial option seed", seed)
         # None: unbounded memory (F whole); W: only the last W items of F are followed.
         self.window = None if window is None else parse_window("dial option window", window)
+        # None: negative feedback ignored; mu: each negative event removes each item sharing a tag
+        # with it (or carrying a blocked tag) with probability mu.
+        self.neg = None if neg is None else parse_strength("dial option neg", neg)
+        if self.neg is not None:
+            mu = format_lambda(self.neg)
+            self.negative_feedback = (f"neg={mu}: each not-interested or disliked item removes every item "
+                                      f"sharing a tag with it with probability {mu} (a seeded draw per "
+                                      "pair), and a blocked tag removes its items with that probability")
         self.encoder_spec = encoder
         # An item's position in the base ranking breaks affinity ties (earlier = better).
         self.base_order, self.base_rank = base_ranking(dataset, self.base, self.seed)
@@ -252,6 +284,8 @@ class DialRecommender(Recommender):
                  "mix": self.mix, "follow": self.follow, "seed": self.seed}
         if self.window is not None:  # absent without a window, so unwindowed identities are unchanged
             ident["window"] = self.window
+        if self.neg is not None:  # likewise absent without the option
+            ident["neg"] = self.neg
         if self.affinity == "embedding":
             ident["encoder"] = self.encoder_spec
         return ident
@@ -294,6 +328,20 @@ class DialRecommender(Recommender):
         affinity = vectors @ query
         return np.lexsort((self.base_rank, -np.round(affinity, 12)))
 
+    def removed_by_feedback(self, state: UserState) -> np.ndarray:
+        """Catalogue mask of the items the state's negative events remove (`neg`, see above)."""
+        removed = np.zeros(len(self.dataset.items), dtype=bool)
+        if self.neg is None or not self.neg or not state.has_negative_feedback:
+            return removed
+        tags = self.dataset.items["tags"]
+        events = [(f"item:{i}", set(tags.iat[self.dataset.item_index[i]])) for i in state.negatives]
+        events += [(f"tag:{t}", {t}) for t in state.blocked_tags]
+        for event, event_tags in events:
+            similar = np.flatnonzero([bool(event_tags & set(t)) for t in tags])
+            draws = derive_rng(self.seed, "dial-negative", event).random(len(removed))
+            removed[similar[draws[similar] < self.neg]] = True
+        return removed
+
     # ------------------------------------------------------------------ scoring
     def score_all(self, states: Sequence[UserState]) -> np.ndarray:
         n = len(self.dataset.items)
@@ -307,6 +355,7 @@ class DialRecommender(Recommender):
                 out[row] = (1.0 - self.lam) * base_scores + self.lam * rank_scale(order)
             else:
                 out[row] = rank_scale(self._mixed_order(state, order))
+            out[row, self.removed_by_feedback(state)] = -np.inf
         return out
 
     def _mixed_order(self, state: UserState, affinity: np.ndarray) -> np.ndarray:

@@ -17,21 +17,34 @@ from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError, EmptyHistoryError
 from ctrlsim.recommenders.base import Recommender, UserState
 
+DEFAULT_NEGATIVE_WEIGHT = 0.5  # how far a dismissal pushes the query away (a share of a unit vector)
+
 
 class EmbeddingRecommender(Recommender):
     name = "embedding"
 
-    def __init__(self, dataset: Dataset, *, encoder: Encoder | str = "minilm", alpha: float = 0.2, **options):
+    negative_feedback = ("the query moves away from the mean embedding of the not-interested and disliked "
+                         "items (weight `negative_weight`, 0.5 by default); items with a blocked tag are "
+                         "never recommended")
+
+    def __init__(self, dataset: Dataset, *, encoder: Encoder | str = "minilm", alpha: float = 0.2,
+                 negative_weight: float = DEFAULT_NEGATIVE_WEIGHT, **options):
         super().__init__(dataset, **options)
         if not 0.0 <= alpha <= 1.0:
             raise ConfigError(f"alpha must be in [0, 1], got {alpha}")
+        if isinstance(negative_weight, bool) or not 0.0 <= float(negative_weight) <= 1.0:
+            raise ConfigError(f"negative_weight must be in [0, 1], got {negative_weight!r}")
         self.alpha = alpha
+        self.negative_weight = float(negative_weight)
         self.encoder = resolve_encoder(encoder)
         self.item_vectors = self.encoder.encode(dataset.items["text"].tolist())
 
     @property
     def identity(self) -> dict:
-        return {**super().identity, "encoder": self.encoder.identity, "alpha": self.alpha}
+        ident = {**super().identity, "encoder": self.encoder.identity, "alpha": self.alpha}
+        if self.negative_weight != DEFAULT_NEGATIVE_WEIGHT:  # absent at the default: identities unchanged
+            ident["negative_weight"] = self.negative_weight
+        return ident
 
     def query_vectors(self, states: Sequence[UserState]) -> np.ndarray:
         profiles = [s.profile for s in states if s.profile]
@@ -49,11 +62,21 @@ class EmbeddingRecommender(Recommender):
             else:
                 raise EmptyHistoryError(f"{self.name} needs a profile or a non-empty history "
                                         f"(user {state.user_id!r})")
-            queries.append(q / max(np.linalg.norm(q), 1e-12))
+            q = q / max(np.linalg.norm(q), 1e-12)
+            if state.negatives and self.negative_weight:  # away from what the user dismissed
+                away = self.item_vectors[self.dataset.indices(state.negatives)].mean(0)
+                q = q - self.negative_weight * away / max(np.linalg.norm(away), 1e-12)
+                q = q / max(np.linalg.norm(q), 1e-12)
+            queries.append(q)
         return np.stack(queries)
 
     def score_all(self, states: Sequence[UserState]) -> np.ndarray:
-        return self.query_vectors(states) @ self.item_vectors.T
+        scores = self.query_vectors(states) @ self.item_vectors.T
+        for row, state in enumerate(states):
+            if state.blocked_tags:
+                blocked = set(state.blocked_tags)
+                scores[row, [bool(blocked & set(t)) for t in self.dataset.items["tags"]]] = -np.inf
+        return scores
 
 
 class TwhinBertRecommender(EmbeddingRecommender):

@@ -68,12 +68,17 @@ PAPER_PRESET: dict[str, Any] = {
     "allow_search": False,
     "decision": "json",
 }
-TASK_CHOICES = ("target-discovery", "profile-shaping", "popularity", "persistence", "suppression")
+TASK_CHOICES = ("target-discovery", "profile-shaping", "popularity", "persistence", "suppression",
+                "responsiveness")
 PERSISTENCE = "persistence"  # steer-then-release episodes (docs/persistence.md)
 # Steering away: each (method, box, target, seed) plays the phases twice, away from the target from
 # histories rich in it and toward it from ordinary ones, for the asymmetry (docs/persistence.md).
 SUPPRESSION = "suppression"
 PHASED_TASKS = (PERSISTENCE, SUPPRESSION)
+# Counterfactual responsiveness: each episode forks at a round into a skip arm and one arm per
+# negative-feedback action (docs/responsiveness.md).
+RESPONSIVENESS = "responsiveness"
+FEEDBACK_ACTIONS = ("not_interested", "dislike", "block")
 SMALL_USERS = ("own", "nested")
 CONVERSATIONS = ("memory", "append")
 # `--preset smoke`: the smallest real run of this runner (the smallest bundled LLM, a handful of
@@ -112,8 +117,17 @@ class CtrlBenchConfig:
                        "profile-shaping (Table 2) or popularity (Figures 8, 9), which every episode records; "
                        "or persistence: steer-then-release episodes (baseline, --rounds of steering, "
                        "release) and whether control lasts; or suppression: the same phases steering away "
-                       "from the target (histories rich in it) and toward it, and their asymmetry",
+                       "from the target (histories rich in it) and toward it, and their asymmetry; or "
+                       "responsiveness: each episode forks at --fork-round into a skip arm and one arm per "
+                       "negative-feedback action, --rounds more rounds each (do the buttons work?)",
                        choices=TASK_CHOICES)
+    fork_round: int = option(2, "(--task responsiveness) the round at which each probe dismisses one item "
+                             "of its slate in the feedback arms (skips it in the skip arm)", low=1,
+                             high=MAX_ROUNDS, omit_default=True)
+    feedback_actions: tuple[str, ...] = option(FEEDBACK_ACTIONS, "(--task responsiveness) the negative-"
+                                               "feedback actions compared with a skip: not_interested, "
+                                               "dislike, block (the dismissed item's first tag)",
+                                               omit_default=True)
     baseline_rounds: int = option(2, "(--task persistence, suppression) rounds before steering: probes "
                                   "without a goal",
                                   low=1, high=MAX_ROUNDS, omit_default=True)
@@ -227,6 +241,11 @@ class CtrlBenchConfig:
                                               or self.release != RELEASE_BASELINE):
             raise ConfigError("baseline_rounds, release_rounds and release belong to --task persistence or "
                               f"suppression (the task is {self.task!r})")
+        if self.task != RESPONSIVENESS and (self.fork_round != 2
+                                            or self.feedback_actions != FEEDBACK_ACTIONS):
+            raise ConfigError("fork_round and feedback_actions belong to --task responsiveness "
+                              f"(the task is {self.task!r})")
+        check_choices("feedback_actions", self.feedback_actions, FEEDBACK_ACTIONS)
         if self.roster is not None and not Path(self.roster).is_file():
             raise ConfigError(f"--roster {self.roster!r}: no such file")
 
@@ -265,7 +284,10 @@ class CtrlBenchConfig:
 
     @property
     def episode_rounds(self) -> int:
-        """Rounds of one episode: --rounds, or baseline + steering + release with --task persistence."""
+        """Rounds of one episode: --rounds, baseline + steering + release with a phased task, or the
+        fork round + --rounds with --task responsiveness."""
+        if self.task == RESPONSIVENESS:
+            return self.fork_round + self.rounds
         plan = self.phase_plan()
         return self.rounds if plan is None else plan.total
 

@@ -19,7 +19,8 @@ from ctrlsim.metrics.stats import mean_ci
 TASK_TITLES = {"target-discovery": "Task 1 (target content discovery)",
                "profile-shaping": "Task 2 (profile shaping)", "popularity": "Task 3 (popularity bias)",
                "persistence": "persistence (steer, then release)",
-               "suppression": "suppression (steer away and toward, then release)"}
+               "suppression": "suppression (steer away and toward, then release)",
+               "responsiveness": "responsiveness (counterfactual arms with negative feedback)"}
 
 
 def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int]) -> list[Block]:
@@ -48,6 +49,10 @@ def render_tables(config, records: Mapping[str, dict], sizes: Mapping[str, int])
         from ctrlsim.experiments.ctrlbench.persistence import persistence_blocks
 
         return blocks + persistence_blocks(config, records) + [T.substitution_table(config, records)]
+    if config.task == "responsiveness":
+        from ctrlsim.experiments.ctrlbench.responsiveness import responsiveness_blocks
+
+        return blocks + responsiveness_blocks(config, records) + [T.substitution_table(config, records)]
     if config.task == "suppression":
         from ctrlsim.experiments.ctrlbench.suppression import suppression_blocks
 

@@ -5,7 +5,7 @@ import time
 
 from ctrlsim.envs.phases import TOWARD
 from ctrlsim.experiments.context import UnitContext
-from ctrlsim.experiments.ctrlbench.config import CtrlBenchConfig, Episode
+from ctrlsim.experiments.ctrlbench.config import RESPONSIVENESS, CtrlBenchConfig, Episode
 from ctrlsim.experiments.ctrlbench.inputs import (
     method_label,
     method_population,
@@ -16,9 +16,11 @@ from ctrlsim.experiments.ctrlbench.inputs import (
 )
 
 
-def run_episode(config: CtrlBenchConfig, unit: UnitContext, episode: Episode, *, bars: bool = True) -> dict:
+def run_episode(config: CtrlBenchConfig, unit: UnitContext, episode: Episode, *, bars: bool = True,
+                intervene=None) -> dict:
     """One episode -> its record (a pure function of config and episode); everything it loads comes
-    from `unit`. Progress bars where `unit` draws them (`bars=False` keeps this episode's off)."""
+    from `unit`. Progress bars where `unit` draws them (`bars=False` keeps this episode's off).
+    `intervene`: a counterfactual arm's hook on each round's actions (`play_population`)."""
     from ctrlsim.agents import ProfileSettings
     from ctrlsim.agents.episode import EpisodeSpec, play_episode
     from ctrlsim.agents.methods import MethodContext
@@ -45,7 +47,8 @@ def run_episode(config: CtrlBenchConfig, unit: UnitContext, episode: Episode, *,
     population = method_population(method, config.roster, context)
     spec = EpisodeSpec(method, method_label(method), box, target, seed, config.episode_rounds, slate_size,
                        config.target_visible, config.like_prob, target_tags(target), config.allow_search,
-                       config.task, config.phase_plan(episode.direction or TOWARD))
+                       config.task, config.phase_plan(episode.direction or TOWARD),
+                       negative_feedback=config.task == RESPONSIVENESS, intervene=intervene)
     llm = run_llm(unit, config) if population.policy == "llm" else None
     record = play_episode(spec, population, recommender, targets, llm=llm, settings=settings,
                           show_progress=bars)
@@ -55,6 +58,10 @@ def run_episode(config: CtrlBenchConfig, unit: UnitContext, episode: Episode, *,
 
 
 def episode_unit(config: CtrlBenchConfig, unit: UnitContext) -> dict:
+    if config.task == RESPONSIVENESS:
+        from ctrlsim.experiments.ctrlbench.responsiveness import run_responsiveness
+
+        return run_responsiveness(config, unit, unit.spec, run_episode)
     return run_episode(config, unit, unit.spec)
 
 
