@@ -28,6 +28,8 @@ class UserState:
     not_interested, disliked: item ids the user marked "not interested" or disliked, oldest
         first (explicit negative feedback, issue 48); blocked_tags: tags the user asked never to
         see ("don't recommend this"). What a box does with them is its `negative_feedback`.
+    settings: the values the user chose for the controls the box declares (`controls`), name ->
+        value; a box that declares none ignores them (`ctrlsim.recommenders.controls`).
     """
 
     history: tuple[str, ...] = ()
@@ -38,10 +40,13 @@ class UserState:
     not_interested: tuple[str, ...] = ()
     disliked: tuple[str, ...] = ()
     blocked_tags: tuple[str, ...] = ()
+    settings: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self):
         for name in ("history", "shown", "not_interested", "disliked", "blocked_tags"):
             object.__setattr__(self, name, _item_ids(name, getattr(self, name)))
+        if not isinstance(self.settings, Mapping) or not all(isinstance(k, str) for k in self.settings):
+            raise ConfigError(f"UserState.settings must map control names to values, got {self.settings!r}")
 
     @property
     def negatives(self) -> tuple[str, ...]:
@@ -108,6 +113,14 @@ class Recommender:
     @property
     def reads_negative_feedback(self) -> bool:
         return self.negative_feedback != IGNORES_NEGATIVE_FEEDBACK
+
+    @property
+    def controls(self):
+        """The user-settable controls this box declares (`ctrlsim.recommenders.controls.Controls`);
+        none by default. Their values arrive in each `UserState.settings`."""
+        from ctrlsim.recommenders.controls import NO_CONTROLS
+
+        return NO_CONTROLS
 
     def __init__(self, dataset: Dataset, *, exclude_history: bool = True, mask_shown: bool = False):
         self.dataset = dataset
