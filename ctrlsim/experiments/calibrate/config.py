@@ -22,6 +22,13 @@ pair observations by that id across lambdas. Per protocol:
                metrics: Drift against L^0 and SliceShift; boxes: dial list generators; compare: an
                LLM spec (the list generator PromptShift normally runs)
 
+`--task persistence` (ctrlbench only) calibrates the steer-then-release measurement instead: its
+boxes are `dial:1:window=W` for each of `--windows` and the unbounded `dial:1` (a random base
+ranking unless `--dial-options` names one; the lambda grid is not used), its observations are the
+episodes of `ctrlsim ctrlbench --task persistence` (baseline, `--rounds` of steering, release), and
+its tables (`ctrlsim.experiments.calibrate.persistence`) say whether the measured half-life rises
+with W and whether the unbounded box keeps the steering through the release.
+
 The tables (`ctrlsim.experiments.calibrate.report`): each method's metric at every lambda with
 its 95% CI, Spearman's rho between lambda and the metric with a cluster-bootstrap CI, the lambda
 = 0 value against its known answer, the resolution (the smallest lambda step every pair of grid
@@ -50,6 +57,26 @@ from ctrlsim.experiments.config import (
 DEFAULT_OUT = "results/calibrate"
 PROTOCOLS = ("ctrlbench", "steereval", "promptshift")
 DEFAULT_DIALS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# What a ctrlbench calibration measures: Coverage and Exposure against lambda, or the half-life of
+# steering against the dial's memory window (`--task persistence`, docs/calibration.md).
+TARGET_DISCOVERY = "target-discovery"
+PERSISTENCE = "persistence"
+TASKS = (TARGET_DISCOVERY, PERSISTENCE)
+# The oracle halves in about W/2 release rounds on dial:1:window=W:base=random (Sci-Fi, K = 1,
+# slates of 3): 2 rounds at W = 4, 4 at W = 8, while W = 16, like no window, keeps the steering
+# through the default release, so three seeds tell every pair apart. W = 2 also steers episodes
+# that larger windows do not, and never forgets them (docs/calibration.md, "Persistence").
+DEFAULT_WINDOWS = (4, 8, 16)
+DEFAULT_BASELINE = 2
+DEFAULT_RELEASE = 6
+# The persistence boxes' base ranking unless --dial-options names one: the popularity ranking is
+# rich in Sci-Fi and War films, so the baseline share of such a target starts high and the oracle's
+# half-life does not follow W (docs/calibration.md).
+PERSISTENCE_BASE = "base=random"
+# ctrlbench's persistence observations (its observe keys); the first is the per-observation
+# headline score of noise and sensitivity reports: the retention area, which nothing censors.
+PERSISTENCE_METRICS = ("area", "half_life", "relapse", "s0", "s_star")
+PERSISTENCE_METHODS = ("oracle",)
 
 @dataclass(frozen=True)
 class CalibrateConfig:
@@ -95,6 +122,18 @@ class CalibrateConfig:
                                       "records)", low=0.0, high=1.0, omit_default=True)
     cache: bool = option(True, "keep LLM replies and personas in the run's response cache (the run folder, "
                          "and --shared-cache where given; replays are free)")
+    task: str = option(TARGET_DISCOVERY, "(ctrlbench) what is calibrated: target-discovery (Coverage and "
+                       "Exposure against the lambda grid) or persistence (the half-life of steering against "
+                       "the memory window W of dial:1:window=W, and the unbounded dial:1; "
+                       "docs/calibration.md)", choices=TASKS, omit_default=True)
+    windows: tuple[int, ...] = option(DEFAULT_WINDOWS, "(--task persistence) the dial boxes' memory windows "
+                                      "W (followed likes remembered); the unbounded dial:1 always runs too",
+                                      low=1, high=MAX_ITEMS, omit_default=True)
+    baseline_rounds: int = option(DEFAULT_BASELINE, "(--task persistence) rounds before steering: probes "
+                                  "without a goal", low=1, high=MAX_ROUNDS, omit_default=True)
+    release_rounds: int = option(DEFAULT_RELEASE, "(--task persistence) rounds after steering stops (the "
+                                 "probes' baseline policy); a half-life not reached by then is censored",
+                                 low=1, high=MAX_ROUNDS, omit_default=True)
 
     def __post_init__(self):
         from ctrlsim.recommenders.dial import check_lambda, format_lambda
@@ -103,6 +142,7 @@ class CalibrateConfig:
         from ctrlsim.agents.llm_probe import check_decision
 
         check_decision(self.decision, self.decision_threshold)  # before any model loads
+        self._check_task()
         if not self.dials:
             raise ConfigError("dials: the lambda grid is empty; give at least two values in [0, 1]")
         grid = [check_lambda(v, name="dials") for v in self.dials]
@@ -123,8 +163,29 @@ class CalibrateConfig:
         self._check_methods()
         # The protocol's own config validates the rest (targets, agents, tags, pool size, ...)
         # and the dial boxes' options, all before any model loads.
-        protocol_config(self, self.all_methods[0], self.dial_box(grid[0]), self.seeds[0])
+        protocol_config(self, self.all_methods[0], self.boxes()[0], self.seeds[0])
         self.check_boxes()
+
+    def _check_task(self) -> None:
+        """The task's own fields: persistence is ctrlbench's, and only it takes windows and phases."""
+        if self.task != TARGET_DISCOVERY and self.protocol != "ctrlbench":
+            raise ConfigError(f"task {self.task!r} is ctrlbench's; protocol {self.protocol} calibrates its "
+                              f"one measurement (leave --task at {TARGET_DISCOVERY})")
+        if not self.persistence:
+            if (tuple(self.windows) != DEFAULT_WINDOWS or self.baseline_rounds != DEFAULT_BASELINE
+                    or self.release_rounds != DEFAULT_RELEASE):
+                raise ConfigError("windows, baseline_rounds and release_rounds belong to --task persistence "
+                                  f"(the task is {self.task!r})")
+            return
+        if not self.windows:
+            raise ConfigError("windows: no memory window given; give at least one, e.g. 4,8,16")
+        if len(set(self.windows)) != len(self.windows):
+            raise ConfigError(f"windows: a window is given more than once in {list(self.windows)}")
+        if tuple(float(v) for v in self.dials) != DEFAULT_DIALS:
+            raise ConfigError("dials: --task persistence does not use the lambda grid; its boxes are "
+                              "dial:1:window=W for each of --windows and the unbounded dial:1")
+        if any(pair.partition("=")[0] == "window" for pair in self.dial_options):
+            raise ConfigError("dial_options: --task persistence sets each box's window from --windows")
 
     def _check_methods(self) -> None:
         methods = self.all_methods
@@ -139,8 +200,8 @@ class CalibrateConfig:
         """Every dial box spec parses and every compared box is one the protocol can run."""
         from ctrlsim.recommenders.dial import check_dial_spec
 
-        for lam in self.grid:
-            check_dial_spec(self.dial_box(lam))
+        for box in self.dial_boxes():
+            check_dial_spec(box)
         for box in self.compare:
             if "|" in box or not box.strip():
                 raise ConfigError(f"compare: {box!r} is empty or contains '|'")
@@ -157,8 +218,12 @@ class CalibrateConfig:
         return observation
 
     @property
+    def persistence(self) -> bool:
+        return self.task == PERSISTENCE
+
+    @property
     def all_methods(self) -> tuple[str, ...]:
-        return self.methods or self.observation.default_methods
+        return self.methods or (PERSISTENCE_METHODS if self.persistence else self.observation.default_methods)
 
     @property
     def grid(self) -> tuple[float, ...]:
@@ -166,15 +231,40 @@ class CalibrateConfig:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        return self.observation.metrics
+        return PERSISTENCE_METRICS if self.persistence else self.observation.metrics
+
+    @property
+    def episode_rounds(self) -> int:
+        """Rounds one ctrlbench episode plays: --rounds, or baseline + steering + release."""
+        return self.baseline_rounds + self.rounds + self.release_rounds if self.persistence else self.rounds
+
+    @property
+    def window_grid(self) -> tuple[int | None, ...]:
+        """The persistence boxes' windows, smallest first, then None (the unbounded box)."""
+        return (*sorted(self.windows), None)
 
     def dial_box(self, lam: float) -> str:
         from ctrlsim.recommenders.dial import format_lambda
 
         return ":".join([f"{self.observation.dial_kind}:{format_lambda(lam)}", *self.dial_options])
 
+    def window_box(self, window: int | None) -> str:
+        """A persistence box: `dial:1:window=W` (None: the unbounded `dial:1`) with the dial options,
+        and a random base ranking unless they name a base (`PERSISTENCE_BASE`)."""
+        options = list(self.dial_options)
+        if not any(pair.partition("=")[0] == "base" for pair in options):
+            options.insert(0, PERSISTENCE_BASE)
+        head = [f"{self.observation.dial_kind}:1", *([f"window={window}"] if window is not None else [])]
+        return ":".join([*head, *options])
+
+    def dial_boxes(self) -> list[str]:
+        """The reference boxes: one per lambda, or (persistence) one per window and the unbounded one."""
+        if self.persistence:
+            return [self.window_box(w) for w in self.window_grid]
+        return [self.dial_box(lam) for lam in self.grid]
+
     def boxes(self) -> list[str]:
-        return [*(self.dial_box(lam) for lam in self.grid), *self.compare]
+        return [*self.dial_boxes(), *self.compare]
 
     def units(self) -> list[CalibrationUnit]:
         """Every (method, box, seed) unit in a stable order (box, seed, method)."""

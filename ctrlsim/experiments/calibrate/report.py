@@ -11,6 +11,9 @@ Every statistic pairs observations by id (the same episode, scenario or user at 
 * a compared box's matched lambda is where the calibration curve (means made non-decreasing,
   linear between grid points) reaches the box's mean; its interval is every lambda whose 95% band
   overlaps the box's 95% interval. A method whose curve is not resolved gives no scale.
+
+With `--task persistence` the tables, figure and summary are `persistence`'s (half-life against
+the dial's memory window).
 """
 from __future__ import annotations
 
@@ -20,13 +23,13 @@ from typing import Mapping
 
 import numpy as np
 
+from ctrlsim.experiments.calibrate.common import ALPHA, _name, cost_table, validity
 from ctrlsim.experiments.scores import Scores
 from ctrlsim.experiments.tables import Block, Table, Text
 from ctrlsim.metrics.bounded import share_ci
 from ctrlsim.metrics.stats import Estimate, format_estimate, mean_ci, spearman_ci, step_test
 from ctrlsim.recommenders.dial import format_lambda
 
-ALPHA = 0.05
 EXACT = 1e-9
 METRIC_LABELS = {"coverage": "Coverage (%)", "exposure": "Exposure (% of the target surfaced)",
                  "delta_auc": "signed Delta-AUC_t", "drift": "Drift (1 - RBO against L^0)",
@@ -194,11 +197,6 @@ def _estimate(config, metric: str, values: Mapping[str, float]) -> Estimate:
     return mean_ci(list(values.values()))
 
 
-def _name(names: Mapping[str, str] | None, method: str) -> str:
-    """The method as a table row names it: marked where it failed its validity card."""
-    return (names or {}).get(method, method)
-
-
 def _cell(est: Estimate, digits: int) -> str:
     return format_estimate(est, digits=digits, bounds=est.method != "t")
 
@@ -284,36 +282,11 @@ def compare_table(config, obs, names: Mapping[str, str] | None = None) -> Table:
                     ["Box", "Method", _label(metric), "Responds like lambda [95% interval]"])
 
 
-def cost_table(config, records: Mapping[str, dict], names: Mapping[str, str] | None = None) -> Table:
-    sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for record in records.values():
-        family = "dial" if record["lambda"] is not None else record["box"]
-        cell = sums[(record["method"], family)]
-        cell["units"] += 1
-        cell["seconds"] += float(record["timing"]["seconds"])
-        for key, value in record["details"].items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                cell[key] += value
-            elif isinstance(value, dict):
-                for sub, v in value.items():
-                    cell[f"{key}_{sub}"] += v
-    keys = sorted({k for cell in sums.values() for k in cell} - {"units", "seconds"})
-    rows = [[_name(names, method), family, f"{int(cell['units'])}", f"{cell['seconds']:.1f}",
-             *(_cost_cell(cell, k) for k in keys)] for (method, family), cell in sorted(sums.items())]
-    return Table.of("Cost and fallbacks", rows, ["Method", "Boxes", "Units", "Seconds", *keys])
-
-
-def _cost_cell(cell: Mapping[str, float], key: str) -> str:
-    """A cost figure; token sums with calls whose server sent no counts are lower bounds, shown so."""
-    from ctrlsim.backends.meter import unknown_tokens
-
-    unknown = int(cell.get("tokens_unknown_calls", 0) + cell.get("unknown_calls", 0))
-    if unknown and "tokens" in key and not key.endswith("unknown_calls"):
-        return unknown_tokens(unknown, known=cell.get(key, 0))
-    return f"{cell.get(key, 0):g}"
-
-
 def render_tables(config, records: Mapping[str, dict]) -> list[Block]:
+    if config.persistence:  # the half-life against the memory window: its own tables
+        from ctrlsim.experiments.calibrate.persistence import persistence_tables
+
+        return persistence_tables(config, records)
     obs = observations(records)
     n, total = len(records), len(config.keys())
     options = ", ".join(config.dial_options) or "defaults"
@@ -327,11 +300,7 @@ def render_tables(config, records: Mapping[str, dict]) -> list[Block]:
             "interval otherwise (docs/statistics.md). Steps are paired tests over the same observations, "
             f"told apart at p < {ALPHA}."]
     blocks: list[Block] = [Text("\n".join(head))]
-    episodes = [e for r in records.values() for e in r.get("episodes_validity", [])]
-    from ctrlsim.experiments import validity_card as VC
-
-    found = VC.cards(episodes) if episodes else {}
-    names = {m: f"{m} {VC.FAIL_MARK}" for m, c in found.items() if c.has_check and not c.passes}
+    found, names = validity(records)
     blocks += [metric_table(config, obs, metric, names) for metric in config.metrics]
     blocks += [known_table(config, records, obs, names), resolution_table(config, obs, names)]
     if config.protocol == "ctrlbench":
@@ -342,7 +311,9 @@ def render_tables(config, records: Mapping[str, dict]) -> list[Block]:
         blocks.append(compare_table(config, obs, names))
     blocks.append(cost_table(config, records, names))
     if found:
-        blocks.append(VC.validity_table(found))
+        from ctrlsim.experiments.validity_card import validity_table
+
+        blocks.append(validity_table(found))
     return blocks
 
 
@@ -387,6 +358,10 @@ def calibration_figure(config, records: Mapping[str, dict]):
 def save_figures(folder, config, records: Mapping[str, dict]) -> list:
     if not records:
         return []
+    if config.persistence:
+        from ctrlsim.experiments.calibrate.persistence import half_life_figure
+
+        return [folder.save_figure(half_life_figure(config, records), "calibration")]
     return [folder.save_figure(calibration_figure(config, records), "calibration")]
 
 
@@ -407,6 +382,10 @@ def summary(ctx, records) -> dict:
     from ctrlsim.experiments import validity_card as VC
 
     config, records = ctx.config, dict(records)
+    if config.persistence:
+        from ctrlsim.experiments.calibrate.persistence import persistence_summary
+
+        return persistence_summary(config, records)
     obs = observations(records)
     curves: dict[str, dict] = {}
     resolutions: dict[str, dict] = {}

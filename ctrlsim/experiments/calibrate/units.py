@@ -11,6 +11,8 @@ to this run's response caches, and this package imports none of theirs. A unit's
            depend on the observation (ctrlbench's Exposure); constant known answers are the report's
   details  what the unit cost and every fallback it met (LLM parse failures, template personas,
            refused or misread edits, unmatched titles)
+  observed (ctrlbench --task persistence) half_life -> observation id -> whether the episode fell to
+           half within the release (False: its half-life is censored at the last release round)
 """
 from __future__ import annotations
 
@@ -73,10 +75,13 @@ DECISION = ("as in the calibrated protocol: one probe's choice on one slate (ctr
 
 
 def decisions(config, key: str, record: dict) -> int:
-    """From the unit's details: ctrlbench's probes x rounds, SteerEval's scenarios, PromptShift's calls."""
+    """From the unit's details: ctrlbench's probes x episode rounds, SteerEval's scenarios,
+    PromptShift's calls."""
     details = record.get("details") or {}
     if "probes" in details:
-        return int(details["probes"]) * config.rounds
+        # a persistence episode plays baseline + steering + release rounds (callers' configs
+        # without the property play --rounds)
+        return int(details["probes"]) * getattr(config, "episode_rounds", config.rounds)
     if "scenarios" in details:
         return int(details["scenarios"])
     return int(details.get("calls") or 0)
