@@ -198,6 +198,7 @@ RUNNER_MODULES: dict[str, str] = {
     "promptshift": "ctrlsim.experiments.promptshift.runner",
     "calibrate": "ctrlsim.experiments.calibrate.runner",
     "train-probe": "ctrlsim.experiments.train_probe.runner",
+    "controls": "ctrlsim.experiments.controls.runner",
 }
 
 

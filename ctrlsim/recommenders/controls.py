@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
 
 from ctrlsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ctrlsim.data import Dataset
 
 PROPERTIES = ("diversity", "popularity", "novelty")
 DIRECTIONS = ("increases", "decreases")
@@ -125,6 +130,24 @@ class Controls:
 
 
 NO_CONTROLS = Controls()
+
+
+def slate_property(name: str, dataset: Dataset, slate: Sequence[str], history: Sequence[str]) -> float:
+    """A claimed property of one slate (`ctrlsim.recommenders.controls.PROPERTIES`)."""
+    tags = dataset.items["tags"]
+    item_tags = [set(tags.iat[dataset.item_index[i]]) for i in slate]
+    if not slate:
+        raise ConfigError("a slate property needs a non-empty slate")
+    if name == "diversity":
+        return len(set().union(*item_tags)) / len(slate)
+    if name == "popularity":
+        pop = dataset.items["popularity"].to_numpy(dtype=float)
+        return float(np.mean(pop[dataset.indices(slate)]))
+    if name == "novelty":
+        liked: set[str] = set().union(*(set(tags.iat[dataset.item_index[i]]) for i in history)) if history \
+            else set()
+        return float(np.mean([not (t & liked) for t in item_tags]))
+    raise ConfigError(f"unknown slate property {name!r}")
 
 
 def _number(value: Any) -> bool:

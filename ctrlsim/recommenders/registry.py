@@ -35,6 +35,8 @@ RECOMMENDERS: dict[str, Callable[..., Recommender]] = {
     "embedding": _lazy("embedding", "EmbeddingRecommender"),
     "keyword-bm25": _lazy("keyword_bm25", "KeywordBM25Recommender"),
     "popularity": _lazy("baselines", "PopularityRecommender"),
+    "reference-controls": _lazy("reference_controls", "ReferenceControlsRecommender"),
+    "reference-controls-fake": _lazy("reference_controls", "FakeNonProfiledRecommender"),
 }
 
 

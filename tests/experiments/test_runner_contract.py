@@ -31,6 +31,7 @@ CASES: dict[str, tuple[str | None, int, bool]] = {
     "evolve": ("--llm", 8, True),
     "calibrate": ("--llm", 2, False),
     "train-probe": (None, 1, False),
+    "controls": (None, 7, False),
 }
 
 
