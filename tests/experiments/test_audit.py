@@ -32,7 +32,8 @@ from ctrlsim.experiments.audit.units import AuditFailedError, run_audit
 from ctrlsim.experiments.config import RunOptions
 
 TINY = {"ctrlbench": {"methods": ["oracle", "random"], "rounds": 3, "seeds": [0, 1, 2]},
-        "calibrate-ctrlbench": {"dials": [0, 0.5, 1]}}
+        "calibrate-ctrlbench": {"dials": [0, 0.5, 1]},
+        "persistence": {"rounds": 3, "release_rounds": 3, "seeds": [0, 1, 2]}}
 
 
 def config_file(folder: Path, overrides: dict) -> str:
@@ -52,8 +53,9 @@ def audited(tmp_path_factory, ml100k):
 
 
 def test_audit_writes_subrun_folders_and_a_report(audited):
-    assert sorted(p.name for p in audited.iterdir() if p.is_dir()) == ["calibrate-ctrlbench", "ctrlbench"]
-    for name in ("ctrlbench", "calibrate-ctrlbench"):  # ordinary run folders
+    assert sorted(p.name for p in audited.iterdir() if p.is_dir()) == ["calibrate-ctrlbench", "ctrlbench",
+                                                                       "persistence"]
+    for name in ("ctrlbench", "calibrate-ctrlbench", "persistence"):  # ordinary run folders
         assert {"config.json", "records.jsonl", "tables.md"} <= {p.name for p in (audited / name).iterdir()}
     html = (audited / REPORT).read_text()
     assert html.lstrip().lower().startswith("<!doctype html>")
@@ -218,8 +220,9 @@ def test_placement_words_say_whether_the_interval_is_as_narrow_as_the_audit_aims
 
 def test_plan_applies_protocols_by_box():
     names = lambda boxes: [s.name for s in plan_subruns(AuditConfig(boxes=boxes))]  # noqa: E731
-    assert names(("popularity",)) == ["ctrlbench", "calibrate-ctrlbench"]
-    assert names(("embedding",)) == ["ctrlbench", "calibrate-ctrlbench", "steereval", "calibrate-steereval"]
+    assert names(("popularity",)) == ["ctrlbench", "calibrate-ctrlbench", "persistence"]
+    assert names(("embedding",)) == ["ctrlbench", "calibrate-ctrlbench", "persistence", "steereval",
+                                     "calibrate-steereval"]
     assert names(("llm:qwen2.5-0.5b",)) == ["steereval", "calibrate-steereval", "promptshift",
                                             "calibrate-promptshift"]
     overrides = {"ctrlbench": {"rounds": 6, "seeds": [0, 1, 2, 3]}}

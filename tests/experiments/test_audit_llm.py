@@ -20,8 +20,12 @@ from ctrlsim.experiments.audit.runner import audit_main
 pytestmark = pytest.mark.llm
 LLM = "smollm2-135m"
 PROBES = {"ctrlbench": {"rounds": 1, "seeds": [0, 1]},
-          "calibrate-ctrlbench": {"methods": ["oracle", "random"], "dials": [0, 1]}}
-TINY = {**PROBES, "steereval": {"tags": ["Comedy"], "users": 1},
+          "calibrate-ctrlbench": {"methods": ["oracle", "random"], "dials": [0, 1]},
+          "persistence": {"rounds": 1, "baseline_rounds": 1, "release_rounds": 1, "seeds": [0, 1]}}
+# the slow audit plays the persistence episodes with the LLM probes too (the medium size's methods)
+TINY = {**PROBES, "persistence": {**PROBES["persistence"], "methods": ["base-small", "oracle"],
+                                  "agents": [1, 1]},
+        "steereval": {"tags": ["Comedy"], "users": 1},
         "calibrate-steereval": {"users": 1, "dials": [0, 1]}}
 
 
@@ -46,7 +50,7 @@ def audited(tmp_path_factory, ml100k):
 
 def test_llm_probes_cost_and_scores_match_the_records(probes, tmp_path):
     summary = json.loads((probes / SUMMARY).read_text())
-    assert list(summary["subruns"]) == ["ctrlbench", "calibrate-ctrlbench"]
+    assert list(summary["subruns"]) == ["ctrlbench", "calibrate-ctrlbench", "persistence"]
     cb = summary["subruns"]["ctrlbench"]
     assert [m["model"] for m in cb["llms"]] == [LLM]
     records = read_records(probes / "ctrlbench")
@@ -69,8 +73,12 @@ def test_llm_probes_cost_and_scores_match_the_records(probes, tmp_path):
 @pytest.mark.slow
 def test_llm_audit_runs_every_protocol_that_applies(audited):
     summary = json.loads((audited / SUMMARY).read_text())
-    assert list(summary["subruns"]) == ["ctrlbench", "calibrate-ctrlbench", "steereval",
+    assert list(summary["subruns"]) == ["ctrlbench", "calibrate-ctrlbench", "persistence", "steereval",
                                         "calibrate-steereval"]
+    lasting = read_records(audited / "persistence")  # the LLM probes played the phases too
+    llm_tokens = sum(p["tokens"] for r in lasting if r["method"] == "base-small" for p in r["probes"])
+    assert summary["subruns"]["persistence"]["numbers"]["tokens"] >= llm_tokens > 0
+    assert set(summary["subruns"]["persistence"]["numbers"]["cells"]["embedding"]) == {"base-small", "oracle"}
     cb = summary["subruns"]["ctrlbench"]
     records = read_records(audited / "ctrlbench")
     llm = [r for r in records if r["method"] == "base-small"]

@@ -65,7 +65,8 @@ def test_sensitivity_lines_name_the_ranking_figures_and_the_scripted_methods():
 
 MODELS = ("stand-in-war", "stand-in-none")
 TINY = {"ctrlbench": {"methods": ("base-small", "oracle"), "rounds": 2, "seeds": (0, 1)},
-        "calibrate-ctrlbench": {"dials": (0.0, 1.0)}}
+        "calibrate-ctrlbench": {"dials": (0.0, 1.0)},
+        "persistence": {"rounds": 2, "release_rounds": 2, "seeds": (0, 1)}}
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +92,8 @@ def test_each_model_gets_a_whole_audit_and_the_top_level_compares_them(audited):
         assert {SUMMARY, REPORT, "ctrlbench", "calibrate-ctrlbench"} <= found
     assert summary["audit"]["llms"] == list(MODELS)
     assert set(summary["sensitivity"]) == {"ctrlbench", "calibrate-ctrlbench"}
+    # the persistence sub-run's half-lives are no per-episode score: left out, and said so
+    assert any(c.startswith("persistence is not compared across probe models") for c in summary["caveats"])
     ctrlbench = summary["sensitivity"]["ctrlbench"]["analysis"]
     assert list(ctrlbench["scripted"]) == ["oracle"]  # the oracle uses no LLM
     # one box: the models compared paired over the same (target, seed), by hand from the records

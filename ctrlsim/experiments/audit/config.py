@@ -10,7 +10,8 @@ Which protocols apply:
 * every `make_recommender` name (RecBole models, `dial:` boxes and `http(s)://` services included)
   gets CtrlBench-Rec (Tasks 1-3 from the same episodes) with LLM probes, the `oracle` upper bound
   and the `random` floor, and the ctrlbench calibration that places it on the dial's lambda scale
-  for the same probes, seeds and sizes;
+  for the same probes, seeds and sizes; and steer-then-release episodes (`persistence`, a ctrlbench
+  run with `--task persistence`): does the steering last once the probes stop?;
 * a box that reads profile text gets SteerEval (and its calibration): `embedding` (SteerEval's
   embedding ranker) and `llm:SPEC` (the LLM scoring ranker);
 * an LLM list generator, `llm:SPEC`, gets PromptShift (and its calibration). `llm:SPEC` is not
@@ -36,9 +37,21 @@ LLM_BOX = "llm:"
 PROFILE_BOXES = {"embedding": "embedding"}  # box -> SteerEval condition whose ranker it is
 LLM_CONDITION = "default"  # SteerEval's LLM-scoring condition, the ranker an `llm:SPEC` box is
 PROBE_METHODS = ("base-small", "oracle", "random")
-SUBRUN_PROTOCOLS = {"ctrlbench": "ctrlbench", "calibrate-ctrlbench": "calibrate", "steereval": "steereval",
+SUBRUN_PROTOCOLS = {"ctrlbench": "ctrlbench", "calibrate-ctrlbench": "calibrate", "persistence": "ctrlbench",
+                    "steereval": "steereval",
                     "calibrate-steereval": "calibrate", "promptshift": "promptshift",
                     "calibrate-promptshift": "calibrate"}
+
+# The persistence sub-run's target. Not the ctrlbench sub-run's War+Film-Noir: Star Wars and other
+# popular films carry War, so on the dial boxes (which start from the popularity ranking) its share
+# before steering was already 58-67% and steering did not raise it (0 of 6 episodes at lambda 0.5),
+# and the oracle raised it past the 5-point bar on embedding in 3 of 6. Crime starts at 15-28% and
+# the oracle raised it in 5 of 6 episodes on embedding and dial:0.5 and 4 of 6 on dial:1:window=2,
+# where the coin-flip probe did so in 1, 0 and 1 (Thriller starts at 51% on embedding and rises with
+# coin flips on the dials). Measured 2026-12-05, 8 steering rounds, slates of 3 (docs/audit.md).
+PERSISTENCE_TARGETS = ("Crime",)
+_PERSISTENCE = {"baseline_rounds": 2, "rounds": 8, "release_rounds": 8, "seeds": (0, 1, 2, 3, 4, 5),
+                "targets": PERSISTENCE_TARGETS, "task": "persistence"}
 
 # Per size: the fields of each sub-run's config (fields given with `--config FILE` override them).
 _SMALL: dict[str, dict[str, Any]] = {
@@ -47,6 +60,8 @@ _SMALL: dict[str, dict[str, Any]] = {
     "ctrlbench": {"methods": PROBE_METHODS, "agents": (2, 1), "rounds": 4, "seeds": (0, 1, 2, 3, 4, 5),
                   "targets": ("War+Film-Noir",), "task": "profile-shaping"},
     "calibrate-ctrlbench": {"protocol": "ctrlbench", "methods": PROBE_METHODS, "dials": (0.0, 0.5, 1.0)},
+    # the scripted probes only (no LLM: seconds); three probes an episode steady the per-round share
+    "persistence": {**_PERSISTENCE, "methods": ("oracle", "random"), "agents": (3, 3)},
     "steereval": {"tags": ("Comedy", "Action"), "users": 2, "pool_size": 60, "seed": 0},
     "calibrate-steereval": {"protocol": "steereval", "methods": ("template",), "dials": (0.0, 0.5, 1.0),
                             "seeds": (0,)},
@@ -59,6 +74,7 @@ _MEDIUM: dict[str, dict[str, Any]] = {
                   "targets": ("War+Film-Noir",), "task": "profile-shaping"},
     "calibrate-ctrlbench": {"protocol": "ctrlbench", "methods": PROBE_METHODS,
                             "dials": (0.0, 0.25, 0.5, 0.75, 1.0)},
+    "persistence": {**_PERSISTENCE, "methods": PROBE_METHODS, "agents": (3, 3)},
     "steereval": {"tags": ("Action", "Comedy", "Romance", "Thriller"), "users": 5, "seed": 0},
     "calibrate-steereval": {"protocol": "steereval", "methods": ("template", "stronger", "weaker"),
                             "dials": (0.0, 0.25, 0.5, 0.75, 1.0), "seeds": (0, 1, 2)},
@@ -71,6 +87,10 @@ _PAPER: dict[str, dict[str, Any]] = {
                   "targets": ("Action+Adventure+Thriller+War+Romance+Film-Noir",), "task": "profile-shaping"},
     "calibrate-ctrlbench": {"protocol": "ctrlbench", "methods": PROBE_METHODS,
                             "dials": (0.0, 0.25, 0.5, 0.75, 1.0)},
+    # the paper's K_small probes and t = 20, with a release as long as the steering: 20 rounds give
+    # NARM's and SASRec's 20-item window the time to turn over
+    "persistence": {**_PERSISTENCE, "methods": PROBE_METHODS, "agents": (26, 26), "baseline_rounds": 4,
+                    "rounds": 20, "release_rounds": 20},
     "steereval": {"users": 10, "seed": 0},
     "calibrate-steereval": {"protocol": "steereval", "methods": ("template", "stronger", "weaker"),
                             "dials": (0.0, 0.25, 0.5, 0.75, 1.0), "seeds": (0, 1, 2), "users": 10},
@@ -170,6 +190,9 @@ def plan_subruns(config: AuditConfig) -> list[SubRun]:
                                          "agents": tuple(cb["agents"]), "rounds": cb["rounds"],
                                          "seeds": tuple(cb["seeds"]), "targets": tuple(cb["targets"]),
                                          "slate_size": cb["slate_size"]}
+        # its own target, phases and probes (see PERSISTENCE_TARGETS); the same boxes, LLM and slates
+        fields["persistence"] = {**common, **sizes["persistence"], "recommenders": tuple(boxes),
+                                 "llm": config.llm, "slate_size": config.slate_size}
     if profile:
         fields["steereval"] = {**common, **sizes["steereval"], "llm": llm,
                                "conditions": tuple(dict.fromkeys(steereval_condition(b) for b in profile))}
@@ -209,6 +232,8 @@ _SHARED_OWNED = ("dataset", "llm")
 OWNED_FIELDS = {
     "ctrlbench": ("recommenders", "recommender_llm", "slate_size", *_SHARED_OWNED),
     "calibrate-ctrlbench": ("compare", "protocol", "slate_size", *_SHARED_OWNED),
+    # the task too: a persistence sub-run that is not one would leave its section without numbers
+    "persistence": ("recommenders", "recommender_llm", "slate_size", "task", *_SHARED_OWNED),
     "steereval": ("conditions", "encoder", *_SHARED_OWNED),
     "calibrate-steereval": ("compare", "protocol", "slate_size", *_SHARED_OWNED),
     "promptshift": ("llms", "dataset"),
@@ -286,8 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctrlsim audit", description=AUDIT_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Sub-runs: ctrlbench, calibrate-ctrlbench (any box); steereval, calibrate-steereval "
-               "(embedding, llm:SPEC); promptshift, calibrate-promptshift (llm:SPEC). docs/audit.md.")
+        epilog="Sub-runs: ctrlbench, calibrate-ctrlbench, persistence (any box); steereval, "
+               "calibrate-steereval (embedding, llm:SPEC); promptshift, calibrate-promptshift (llm:SPEC). "
+               "docs/audit.md.")
     parser.add_argument("box", help="any make_recommender name (popularity, narm, dial:0.5, "
                                     "http://host:8000, ...), or llm:SPEC for an LLM list generator")
     parser.add_argument("--compare", nargs="+", default=[], metavar="BOX",

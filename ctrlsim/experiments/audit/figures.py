@@ -122,6 +122,37 @@ def comparison_figure(rows: list[dict]):
     return fig
 
 
+def retention_figure(ps: Mapping[str, Any]):
+    """Does control last? R(tau) per box (a panel each), one line per method, with its 95% band."""
+    from matplotlib.figure import Figure
+
+    boxes = ps["boxes"]
+    fig = Figure(figsize=(4.2 * len(boxes), 3.2))
+    axes = fig.subplots(1, len(boxes), squeeze=False)[0]
+    for ax, box in zip(axes, boxes):
+        for i, method in enumerate(ps["methods"]):
+            band = ps["cells"].get(box, {}).get(method, {}).get("retention")
+            if not band or not band["n"]:  # steering moved no episode: no retention to draw
+                continue
+            estimates = [{"value": m, "low": lo, "high": hi} for m, lo, hi in zip(band["mean"], band["low"],
+                                                                                   band["high"])]
+            _band(ax, band["tau"], estimates, COLOURS[i % len(COLOURS)], f"{method} (n = {band['n']})")
+        ax.axhline(0.5, color="grey", linewidth=0.8, linestyle=":")
+        ax.axhline(0.0, color="black", linewidth=0.6)
+        ax.set_title(box)
+        ax.set_xlabel("rounds after steering stopped (tau)")
+        ax.set_ylabel("retention R(tau)")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "steering moved no episode:\nnothing to retain", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=9, color="#555")
+    fig.suptitle("Does control last? Retention after release, mean and 95% band over steered episodes "
+                 "(1 = gain kept, 0 = back to baseline)", fontsize=10, y=1.03)
+    return fig
+
+
 def render_figures(summary: Mapping[str, Any]) -> dict[str, dict]:
     """name -> {title, src (a data: URI), numbers (where in summary.json its numbers are)}."""
     figures: dict[str, dict] = {}
@@ -142,6 +173,10 @@ def render_figures(summary: Mapping[str, Any]) -> dict[str, dict]:
         if cal:
             add(name, f"Calibration: {cal['protocol']}", calibration_figure(cal),
                 f"subruns.{name}.numbers.curves and .placement")
+    ps = (subruns.get("persistence") or {}).get("numbers")
+    if ps and any(c["steered"] for per in ps["cells"].values() for c in per.values()):
+        add("persistence", "Does control last?", retention_figure(ps),
+            "subruns.persistence.numbers.cells.*.*.retention")
     se = (subruns.get("steereval") or {}).get("numbers")
     if se:
         add("steereval", "SteerEval ΔAUC_t", steereval_figure(se), "subruns.steereval.numbers.conditions")

@@ -19,6 +19,7 @@ def _environment():
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["ci"] = format_ci
     env.filters["num"] = format_num
+    env.filters["pct"] = format_pct
     return env
 
 
@@ -38,6 +39,15 @@ def format_ci(e: Mapping[str, Any] | None, digits: int = 2) -> str:
     if not e or e.get("value") is None:
         return "n/a"
     return format_estimate(Estimate.from_dict(e), digits=digits, bounds=True, missing="n/a")
+
+
+def format_pct(e: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """A share's estimate (in [0, 1]) in percent: "23.15 [14.81, 37.04]"."""
+    from ctrlsim.metrics.stats import Estimate, format_estimate
+
+    if not e or e.get("value") is None:
+        return "n/a"
+    return format_estimate(Estimate.from_dict(e), scale=100, digits=digits, bounds=True, missing="n/a")
 
 
 def render_report(summary: Mapping[str, Any], figures: Mapping[str, dict]) -> str:

@@ -31,6 +31,12 @@ from ctrlsim.experiments.audit.units import run_audit
 from ctrlsim.experiments.audit.words import LABELS, SCRIPTED_PLACEMENT, placement_agreement, sensitivity_lines
 from ctrlsim.experiments.config import RunOptions
 
+# Sub-runs the probe-model analysis leaves out, and why: it compares one score per episode, and their
+# numbers are not of that kind.
+NOT_COMPARED = {"persistence": "its half-lives are right-censored times over episodes, not the one "
+                               "score per episode that the probe-model analysis compares; each model's "
+                               "report shows them"}
+
 
 def check_models(config: AuditConfig, llms: Sequence[str], given: Mapping[str, Any] | None = None
                  ) -> tuple[str, ...]:
@@ -142,6 +148,8 @@ def build_summary(config: AuditConfig, summaries: Mapping[str, Mapping[str, Any]
     sensitivity: dict[str, dict] = {}
     unused: list[str] = []
     for name in names:
+        if name in NOT_COMPARED:
+            continue
         found = subrun_sensitivity(name, {m: summaries[m]["subruns"][name]["folder"] for m in models})
         if found is None:
             unused.append(name)
@@ -155,6 +163,8 @@ def build_summary(config: AuditConfig, summaries: Mapping[str, Mapping[str, Any]
     if unused:
         caveats.append(f"Sub-runs that do not vary with the probe model ({', '.join(unused)}) ran once per "
                        "model and are not part of this comparison; each model's report shows them.")
+    caveats += [f"{name} is not compared across probe models: {NOT_COMPARED[name]}." for name in names
+                if name in NOT_COMPARED]
     small = [m for m in models if m in SMALL_LLMS]
     if small:
         caveats.append(f"{', '.join(small)} are small bundled models: the papers' probes are far larger API "

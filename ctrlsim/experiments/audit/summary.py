@@ -17,6 +17,11 @@ from typing import Any, Mapping, Sequence
 
 from ctrlsim.backends.bundled import BUNDLED_LLMS
 from ctrlsim.experiments.audit.config import AuditConfig, is_llm_box
+from ctrlsim.experiments.audit.persistence import (
+    persistence_caveats,
+    persistence_headline,
+    persistence_section,
+)
 from ctrlsim.experiments.audit.words import caveats, headline, headline_lines, placement_words
 from ctrlsim.experiments.usage import total_tokens
 from ctrlsim.metrics.bounded import share_ci
@@ -243,6 +248,8 @@ def build_summary(config: AuditConfig, done: Sequence, out: Path, cost: dict) ->
         name, protocol = item.subrun.name, item.subrun.protocol
         if protocol == "calibrate":
             section = calibration_section(item.result, config.boxes)
+        elif name == "persistence":  # the runner's own numbers (`RunResult.summary`), read in words
+            section = persistence_section(item.result)
         elif name in sections:
             section = ctrlbench_section(item.result, config) if name == "ctrlbench" else \
                 steereval_section(item.result, config.boxes)
@@ -263,9 +270,9 @@ def build_summary(config: AuditConfig, done: Sequence, out: Path, cost: dict) ->
                  "invocations": cost.get("history", [cost]), "tokens": _tokens(subruns)},
     }
     summary["audit"]["llms_ran"] = sorted({m.get("model", "?") for e in subruns.values() for m in e["llms"]})
-    summary["headline"] = headline(summary)
+    summary["headline"] = headline(summary) + persistence_headline(summary)
     summary["headline_text"] = headline_lines(summary, summary["headline"])
-    summary["caveats"] = caveats(summary, SMALL_LLMS)
+    summary["caveats"] = caveats(summary, SMALL_LLMS) + persistence_caveats(summary)
     return clean(summary)
 
 
@@ -275,6 +282,9 @@ def _tokens(subruns: Mapping[str, dict]) -> dict:
     cb = (subruns.get("ctrlbench") or {}).get("numbers")
     if cb:
         out["ctrlbench"] = sum(c["tokens"] for box in cb["cost"].values() for c in box.values())
+    lasting = (subruns.get("persistence") or {}).get("numbers")
+    if lasting:
+        out["persistence"] = lasting["tokens"]
     se = (subruns.get("steereval") or {}).get("numbers")
     if se:
         out["steereval"] = sum(c["tokens"] for c in se["conditions"].values())

@@ -227,6 +227,11 @@ def headline_lines(summary: Mapping[str, Any], entries: Sequence[Mapping[str, An
             text += (f". {who[0].upper()}{who[1:]}" if placed else f": {who}") + \
                 " did not resolve the dial at this size"
         lines.append(text + ".")
+    lasting: dict[str, list[Mapping[str, Any]]] = {}  # "Does control last?": one line per box
+    for e in entries:
+        if e["metric"] == "half_life":
+            lasting.setdefault(e["box"], []).append(e)
+    lines += [items[0]["lead"] + "; ".join(e["text"] for e in items) + "." for items in lasting.values()]
     lines += [e["text"] + "." for e in entries if e["metric"] in ("signed_delta_auc", "coverage_difference")]
     return lines
 

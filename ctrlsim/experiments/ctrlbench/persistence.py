@@ -18,6 +18,7 @@ import numpy as np
 from ctrlsim.envs.phases import AWAY
 from ctrlsim.experiments.tables import Block, Table, Text
 from ctrlsim.metrics import persistence as P
+from ctrlsim.metrics.bounded import share_ci
 from ctrlsim.metrics.stats import format_estimate, mean_ci
 
 EFFORT_SHARE = 0.5  # the target share of a slate the effort columns count likes up to
@@ -83,9 +84,12 @@ def _interval(value) -> str:
 
 
 def _km_cell(km: P.HalfLife) -> str:
+    """median [low, high] (events/n): a median or bound beyond the release is "censored"; an upper
+    bound the band leaves undefined although every episode fell to half is "open"."""
     if not km.n:
         return "-"
-    return f"{_interval(km.median)} [{_interval(km.low)}, {_interval(km.high)}] ({km.events}/{km.n})"
+    high = "open" if km.high is None and km.events == km.n else _interval(km.high)
+    return f"{_interval(km.median)} [{_interval(km.low)}, {high}] ({km.events}/{km.n})"
 
 
 def retention_table(config, cells, *, away: bool = False) -> Table:
@@ -106,8 +110,8 @@ def retention_table(config, cells, *, away: bool = False) -> Table:
         effort = P.km_half_life([e["effort"] for e in ids], [e["effort_reached"] for e in ids]) \
             if ids else P.HalfLife(None, None, None, 0, 0)
         rows.append([box, label, len(eps), f"{len(steered)}/{len(eps)}",
-                     format_estimate(mean_ci([e["s0"] for e in ids]), 100),
-                     format_estimate(mean_ci([e["s_star"] for e in ids]), 100),
+                     format_estimate(share_ci([e["s0"] for e in ids]), 100, bounds=True),
+                     format_estimate(share_ci([e["s_star"] for e in ids]), 100, bounds=True),
                      format_estimate(mean_ci([e["curve"][0] for e in steered])),
                      format_estimate(mean_ci([e["curve"][-1] for e in steered])),
                      _km_cell(km), format_estimate(mean_ci([e["relapse"] for e in steered])),
@@ -130,7 +134,8 @@ def retention_table(config, cells, *, away: bool = False) -> Table:
                  "kept, 0 = back to baseline); half-life, relapse and area as for steering toward. Likes to "
                  "halve s0: the likes a probe spent in steering until the target share fell to s0 / 2 "
                  "(Kaplan-Meier median, censored when it never did); initial slope: the reduction per like "
-                 "over the first steering rounds. Mean ± 95% t half-width over episodes "
+                 "over the first steering rounds. s0 and s*: [low, high] bootstrap intervals that stay in "
+                 "[0, 100]%; the rest mean ± 95% t half-width over episodes "
                  "(docs/persistence.md).")
         return Table.of("Steering away: does the suppression last?", rows, header, after=after + searched)
     after = (levels + f"'steered' = episodes "
@@ -141,7 +146,8 @@ def retention_table(config, cells, *, away: bool = False) -> Table:
              "half. Relapse = 1 - mean R over the last release rounds; area = mean R over the release. "
              f"Likes to {EFFORT_SHARE:.0%}: the likes a probe spent in steering until the target share "
              "reached it (Kaplan-Meier median, censored when it never did); initial slope: target share per "
-             "like over the first steering rounds. Mean ± 95% t half-width over episodes "
+             "like over the first steering rounds. s0 and s*: [low, high] bootstrap intervals that stay in "
+             "[0, 100]%; the rest mean ± 95% t half-width over episodes "
              "(docs/persistence.md).")
     return Table.of("Does control last? Retention after steering stops", rows, header, after=after + searched)
 
@@ -248,3 +254,84 @@ def retention_figure(config, records: Mapping[str, dict]):
     fig.suptitle("Does control last? Retention after release (mean and 95% CI over episodes)")
     fig.tight_layout()
     return fig
+
+
+# ----------------------------------------------------------------------------- RunResult.summary
+
+def _none(x) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def _release_likes(config, records: Mapping[str, dict]) -> dict[tuple[str, str], list[float]]:
+    """(box, method) -> per episode, the likes a probe gave over the release rounds (mean over its
+    probes; episodes with a round without a recommender slate are left out)."""
+    plan = config.phase_plan()
+    start = plan.baseline + plan.steer
+    out: dict[tuple[str, str], list[float]] = {}
+    for record in records.values():
+        if "phases" not in record or steers_away(record):
+            continue
+        likes = record["persistence"]["likes"][start:start + plan.release]
+        if None not in likes:
+            out.setdefault((record["recommender"], record["method"]), []).append(float(sum(likes)))
+    return out
+
+
+def run_summary(ctx, records: Mapping[str, dict]) -> dict:
+    """A persistence run's numbers as data (`RunResult.summary`; the audit's "Does control last?"
+    reads them): per box and method the episodes, how many steering moved ('steered'), s0 and s* (shares:
+    bounded bootstrap intervals), the gain s* - s0, the retention band per tau, the Kaplan-Meier
+    half-life, relapse and area (t intervals over the steered episodes) and the likes a probe gave
+    in release; per method, the log-rank test between every pair of boxes. Empty for other tasks."""
+    from ctrlsim.experiments import validity_card as VC
+    from ctrlsim.experiments.ctrlbench.config import PERSISTENCE
+    from ctrlsim.metrics.bounded import share_ci
+
+    config, records = ctx.config, dict(records)
+    if config.task != PERSISTENCE:
+        return {}
+    plan = config.phase_plan()
+    cells = persistence_cells(config, records)
+    release_likes = _release_likes(config, records)
+    boxes: dict[str, dict] = {}
+    for box, method, label, eps in cells:
+        ids = [e for e in eps if e["s0"] is not None]
+        steered = [e for e in eps if e.get("curve") is not None]
+        km = P.km_half_life([e["half_life"] for e in steered], [e["observed"] for e in steered]) \
+            if steered else P.HalfLife(None, None, None, 0, 0)
+        none = np.empty(0)
+        band = P.retention_band([e["curve"] for e in steered]) if steered else (none, none, none)
+        boxes.setdefault(box, {})[method] = {
+            "label": label, "episodes": len(eps), "measured": len(ids), "steered": len(steered),
+            "s0": share_ci([e["s0"] for e in ids]).to_dict(),
+            "s_star": share_ci([e["s_star"] for e in ids]).to_dict(),
+            "gain": mean_ci([e["s_star"] - e["s0"] for e in ids]).to_dict(),
+            "retention": {"tau": list(range(1, plan.release + 1)), "n": len(steered),
+                          **{k: [_none(v) for v in vs] for k, vs in zip(("mean", "low", "high"), band)}},
+            "half_life": {"median": km.median, "low": km.low, "high": km.high, "events": km.events, "n": km.n,
+                          "text": _km_cell(km)},
+            "relapse": mean_ci([e["relapse"] for e in steered]).to_dict(),
+            "area": mean_ci([e["area"] for e in steered]).to_dict(),
+            "release_likes": mean_ci(release_likes.get((box, method), [])).to_dict()}
+    log_rank: list[dict] = []
+    for method in config.all_methods:
+        steered_by_box = {box: [e for e in eps if e.get("curve") is not None]
+                          for box, m, _, eps in cells if m == method}
+        names = [b for b, eps in steered_by_box.items() if eps]
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                ea, eb = steered_by_box[a], steered_by_box[b]
+                z, p = P.log_rank([e["half_life"] for e in ea], [e["observed"] for e in ea],
+                                  [e["half_life"] for e in eb], [e["observed"] for e in eb])
+                log_rank.append({"method": method, "box_a": a, "box_b": b, "n_a": len(ea), "n_b": len(eb),
+                                 "events_a": sum(e["observed"] for e in ea),
+                                 "events_b": sum(e["observed"] for e in eb), "z": _none(z), "p": _none(p)})
+    return {"task": PERSISTENCE, "targets": list(config.targets), "seeds": list(config.seeds),
+            "boxes": list(config.recommenders), "methods": list(config.all_methods),
+            "agents": list(config.agents),
+            "slate_size": {b: config.slate_for(b) for b in config.recommenders},
+            "phases": {"baseline": plan.baseline, "steer": plan.steer, "release": plan.release,
+                       "release_mode": plan.release_mode},
+            "min_gain": P.MIN_GAIN, "last_k": P.LAST_K,
+            "validity": {m: c.to_dict() for m, c in VC.cards(records.values()).items()},
+            "cells": boxes, "log_rank": log_rank}
