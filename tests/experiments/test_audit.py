@@ -33,7 +33,8 @@ from ctrlsim.experiments.config import RunOptions
 
 TINY = {"ctrlbench": {"methods": ["oracle", "random"], "rounds": 3, "seeds": [0, 1, 2]},
         "calibrate-ctrlbench": {"dials": [0, 0.5, 1]},
-        "persistence": {"rounds": 3, "release_rounds": 3, "seeds": [0, 1, 2]}}
+        "persistence": {"rounds": 3, "release_rounds": 3, "seeds": [0, 1, 2]},
+        "responsiveness": {"rounds": 2, "seeds": [0, 1, 2]}, "controls": {"users": 5, "points": 3}}
 
 
 def config_file(folder: Path, overrides: dict) -> str:
@@ -53,11 +54,13 @@ def audited(tmp_path_factory, ml100k):
 
 
 def test_audit_writes_subrun_folders_and_a_report(audited):
-    assert sorted(p.name for p in audited.iterdir() if p.is_dir()) == ["calibrate-ctrlbench", "ctrlbench",
-                                                                       "persistence"]
-    for name in ("ctrlbench", "calibrate-ctrlbench", "persistence"):  # ordinary run folders
+    assert sorted(p.name for p in audited.iterdir() if p.is_dir()) == [
+        "calibrate-ctrlbench", "controls", "ctrlbench", "persistence", "responsiveness"]
+    for name in ("ctrlbench", "calibrate-ctrlbench", "persistence", "responsiveness", "controls"):
         assert {"config.json", "records.jsonl", "tables.md"} <= {p.name for p in (audited / name).iterdir()}
     html = (audited / REPORT).read_text()
+    assert '<section id="responsiveness">' in html and "Do the buttons work?" in html
+    assert "popularity declares no user-settable control" in html
     assert html.lstrip().lower().startswith("<!doctype html>")
     assert "http://" not in html.replace("http-equiv", "") and "https://" not in html
     assert "<script" not in html and "@media print" in html
@@ -220,9 +223,9 @@ def test_placement_words_say_whether_the_interval_is_as_narrow_as_the_audit_aims
 
 def test_plan_applies_protocols_by_box():
     names = lambda boxes: [s.name for s in plan_subruns(AuditConfig(boxes=boxes))]  # noqa: E731
-    assert names(("popularity",)) == ["ctrlbench", "calibrate-ctrlbench", "persistence"]
-    assert names(("embedding",)) == ["ctrlbench", "calibrate-ctrlbench", "persistence", "steereval",
-                                     "calibrate-steereval"]
+    boxes = ["ctrlbench", "calibrate-ctrlbench", "persistence", "responsiveness", "controls"]
+    assert names(("popularity",)) == boxes
+    assert names(("embedding",)) == [*boxes, "steereval", "calibrate-steereval"]
     assert names(("llm:qwen2.5-0.5b",)) == ["steereval", "calibrate-steereval", "promptshift",
                                             "calibrate-promptshift"]
     overrides = {"ctrlbench": {"rounds": 6, "seeds": [0, 1, 2, 3]}}

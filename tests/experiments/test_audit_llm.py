@@ -50,7 +50,8 @@ def audited(tmp_path_factory, ml100k):
 
 def test_llm_probes_cost_and_scores_match_the_records(probes, tmp_path):
     summary = json.loads((probes / SUMMARY).read_text())
-    assert list(summary["subruns"]) == ["ctrlbench", "calibrate-ctrlbench", "persistence"]
+    assert list(summary["subruns"]) == ["ctrlbench", "calibrate-ctrlbench", "persistence", "responsiveness",
+                                        "controls"]
     cb = summary["subruns"]["ctrlbench"]
     assert [m["model"] for m in cb["llms"]] == [LLM]
     records = read_records(probes / "ctrlbench")
@@ -73,7 +74,8 @@ def test_llm_probes_cost_and_scores_match_the_records(probes, tmp_path):
 @pytest.mark.slow
 def test_llm_audit_runs_every_protocol_that_applies(audited):
     summary = json.loads((audited / SUMMARY).read_text())
-    assert list(summary["subruns"]) == ["ctrlbench", "calibrate-ctrlbench", "persistence", "steereval",
+    assert list(summary["subruns"]) == ["ctrlbench", "calibrate-ctrlbench", "persistence", "responsiveness",
+                                        "controls", "steereval",
                                         "calibrate-steereval"]
     lasting = read_records(audited / "persistence")  # the LLM probes played the phases too
     llm_tokens = sum(p["tokens"] for r in lasting if r["method"] == "base-small" for p in r["probes"])

@@ -18,7 +18,7 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def _run(box, tmp_path):
-    run = ctrlsim.run("controls", box=box, users=8, points=3, seeds=(0, 1),
+    run = ctrlsim.run("controls", boxes=(box,), users=8, points=3, seeds=(0, 1),
                       options=RunOptions(out=str(tmp_path / box)), show_progress=False)
     assert not run.failed
     return run
@@ -27,7 +27,8 @@ def _run(box, tmp_path):
 def test_the_honest_control_passes_the_dead_one_fails_and_the_numbers_are_the_slates(ml100k, tmp_path):
     run = _run("reference-controls", tmp_path)
     tags = {str(i): set(t) for i, t in zip(ml100k.item_ids, ml100k.items["tags"])}
-    verdicts = {c["control"]: c for c in run.summary["controls"]}
+    summary = run.summary["boxes"]["reference-controls"]
+    verdicts = {c["control"]: c for c in summary["controls"]}
     assert verdicts["diversity"]["verdict"] == "PASS" and verdicts["freshness"]["verdict"] == "FAIL"
     xs, ys = [], []
     for record in run.records_by_key.values():
@@ -40,14 +41,14 @@ def test_the_honest_control_passes_the_dead_one_fails_and_the_numbers_are_the_sl
     assert verdicts["diversity"]["rho"]["value"] == pytest.approx(spearmanr(xs, ys).statistic)
     assert verdicts["diversity"]["rho"]["low"] > 0
     assert verdicts["freshness"]["rho"]["value"] is None or np.isnan(verdicts["freshness"]["rho"]["value"])
-    assert run.summary["non_profiled"]["verdict"] == "PASS"
+    assert summary["non_profiled"]["verdict"] == "PASS"
     assert "Art. 27" in verdicts["diversity"]["article"]
-    assert "Art. 38" in run.summary["non_profiled"]["article"]
+    assert "Art. 38" in summary["non_profiled"]["article"]
 
 
 def test_a_non_profiled_mode_that_still_profiles_fails(ml100k, tmp_path):
     run = _run("reference-controls-fake", tmp_path)
-    assert run.summary["non_profiled"]["verdict"] == "FAIL"
+    assert run.summary["boxes"]["reference-controls-fake"]["non_profiled"]["verdict"] == "FAIL"
     record = next(r for r in run.records_by_key.values() if r["kind"] == "non_profiled")
     slates = record["non_profiled"]["slates"]
     for n, partner in enumerate(record["extreme_partner"]):
@@ -73,3 +74,25 @@ def test_declared_controls_are_checked(ml100k):
     with pytest.raises(ConfigError, match=r"takes a number in \[0.0, 1.0\]"):
         box.recommend([UserState(history=("1",), settings={"diversity": 2})], 5)
     assert make_recommender("popularity", ml100k).controls == Controls()
+
+
+def test_through_ctrlsim_serve_the_honest_control_passes_and_the_dead_one_fails(tmp_path):
+    """The known answers hold for boxes behind HTTP: `GET /controls` declares them, settings travel
+    with every state (contract version 2)."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from http_servers import ServedBox
+
+    honest, fake = ServedBox("reference-controls"), ServedBox("reference-controls-fake")
+    try:
+        run = ctrlsim.run("controls", boxes=(honest.url, fake.url), users=8, points=3, seeds=(0,),
+                          options=RunOptions(out=str(tmp_path / "served")), show_progress=False)
+    finally:
+        honest.stop()
+        fake.stop()
+    assert not run.failed
+    served = run.summary["boxes"][honest.url]
+    verdicts = {c["control"]: c["verdict"] for c in served["controls"]}
+    assert verdicts == {"diversity": "PASS", "freshness": "FAIL"}
+    assert served["non_profiled"]["verdict"] == "PASS"
+    assert run.summary["boxes"][fake.url]["non_profiled"]["verdict"] == "FAIL"

@@ -290,8 +290,8 @@ def test_health_and_openapi_document(ml100k, clients):
 
 # --------------------------------------------------------------------------- property tests
 def operations():
-    posts = [(path, "POST") for key, path in contract.ENDPOINTS.items() if key != "health"]
-    return [(contract.ENDPOINTS["health"], "GET"), *posts]
+    return [(path, "GET" if key in contract.GET_ENDPOINTS else "POST")
+            for key, path in contract.ENDPOINTS.items()]
 
 
 @pytest.mark.parametrize("path, method", operations())

@@ -11,7 +11,11 @@ Which protocols apply:
   gets CtrlBench-Rec (Tasks 1-3 from the same episodes) with LLM probes, the `oracle` upper bound
   and the `random` floor, and the ctrlbench calibration that places it on the dial's lambda scale
   for the same probes, seeds and sizes; and steer-then-release episodes (`persistence`, a ctrlbench
-  run with `--task persistence`): does the steering last once the probes stop?;
+  run with `--task persistence`): does the steering last once the probes stop?; counterfactual
+  arms with negative feedback (`responsiveness`, `--task responsiveness`): do the buttons work?;
+  and the controls the box declares (`controls`, the `ctrlsim controls` runner; nothing where it
+  declares none): does each do what it claims (DSA Art. 27), and is its non-profiled mode not
+  profiled (Art. 38)?;
 * a box that reads profile text gets SteerEval (and its calibration): `embedding` (SteerEval's
   embedding ranker) and `llm:SPEC` (the LLM scoring ranker);
 * an LLM list generator, `llm:SPEC`, gets PromptShift (and its calibration). `llm:SPEC` is not
@@ -38,7 +42,7 @@ PROFILE_BOXES = {"embedding": "embedding"}  # box -> SteerEval condition whose r
 LLM_CONDITION = "default"  # SteerEval's LLM-scoring condition, the ranker an `llm:SPEC` box is
 PROBE_METHODS = ("base-small", "oracle", "random")
 SUBRUN_PROTOCOLS = {"ctrlbench": "ctrlbench", "calibrate-ctrlbench": "calibrate", "persistence": "ctrlbench",
-                    "steereval": "steereval",
+                    "responsiveness": "ctrlbench", "controls": "controls", "steereval": "steereval",
                     "calibrate-steereval": "calibrate", "promptshift": "promptshift",
                     "calibrate-promptshift": "calibrate"}
 
@@ -53,6 +57,13 @@ PERSISTENCE_TARGETS = ("Crime",)
 _PERSISTENCE = {"baseline_rounds": 2, "rounds": 8, "release_rounds": 8, "seeds": (0, 1, 2, 3, 4, 5),
                 "targets": PERSISTENCE_TARGETS, "task": "persistence"}
 
+# Do the buttons work? Scripted coin-flip probes (no LLM: seconds) dismiss one item each at round 2
+# and play 4 more rounds per arm; six seeds, so the pooled interval has items from every one.
+_RESPONSIVENESS = {"task": "responsiveness", "methods": ("random",), "agents": (3, 3), "rounds": 4,
+                   "seeds": (0, 1, 2, 3, 4, 5), "targets": ("War",)}
+# Declared controls (none for most boxes: the sub-run then plans nothing and says so).
+_CONTROLS = {"users": 20, "points": 5, "seeds": (0, 1)}
+
 # Per size: the fields of each sub-run's config (fields given with `--config FILE` override them).
 _SMALL: dict[str, dict[str, Any]] = {
     # Six seeds: the fewest with which a paired step test can reach p < 0.05 (the exact sign test's
@@ -62,6 +73,8 @@ _SMALL: dict[str, dict[str, Any]] = {
     "calibrate-ctrlbench": {"protocol": "ctrlbench", "methods": PROBE_METHODS, "dials": (0.0, 0.5, 1.0)},
     # the scripted probes only (no LLM: seconds); three probes an episode steady the per-round share
     "persistence": {**_PERSISTENCE, "methods": ("oracle", "random"), "agents": (3, 3)},
+    "responsiveness": _RESPONSIVENESS,
+    "controls": _CONTROLS,
     "steereval": {"tags": ("Comedy", "Action"), "users": 2, "pool_size": 60, "seed": 0},
     "calibrate-steereval": {"protocol": "steereval", "methods": ("template",), "dials": (0.0, 0.5, 1.0),
                             "seeds": (0,)},
@@ -75,6 +88,8 @@ _MEDIUM: dict[str, dict[str, Any]] = {
     "calibrate-ctrlbench": {"protocol": "ctrlbench", "methods": PROBE_METHODS,
                             "dials": (0.0, 0.25, 0.5, 0.75, 1.0)},
     "persistence": {**_PERSISTENCE, "methods": PROBE_METHODS, "agents": (3, 3)},
+    "responsiveness": _RESPONSIVENESS,
+    "controls": _CONTROLS,
     "steereval": {"tags": ("Action", "Comedy", "Romance", "Thriller"), "users": 5, "seed": 0},
     "calibrate-steereval": {"protocol": "steereval", "methods": ("template", "stronger", "weaker"),
                             "dials": (0.0, 0.25, 0.5, 0.75, 1.0), "seeds": (0, 1, 2)},
@@ -91,6 +106,8 @@ _PAPER: dict[str, dict[str, Any]] = {
     # NARM's and SASRec's 20-item window the time to turn over
     "persistence": {**_PERSISTENCE, "methods": PROBE_METHODS, "agents": (26, 26), "baseline_rounds": 4,
                     "rounds": 20, "release_rounds": 20},
+    "responsiveness": {**_RESPONSIVENESS, "agents": (26, 26)},
+    "controls": {**_CONTROLS, "users": 50, "seeds": (0, 1, 2)},
     "steereval": {"users": 10, "seed": 0},
     "calibrate-steereval": {"protocol": "steereval", "methods": ("template", "stronger", "weaker"),
                             "dials": (0.0, 0.25, 0.5, 0.75, 1.0), "seeds": (0, 1, 2), "users": 10},
@@ -193,6 +210,9 @@ def plan_subruns(config: AuditConfig) -> list[SubRun]:
         # its own target, phases and probes (see PERSISTENCE_TARGETS); the same boxes, LLM and slates
         fields["persistence"] = {**common, **sizes["persistence"], "recommenders": tuple(boxes),
                                  "llm": config.llm, "slate_size": config.slate_size}
+        fields["responsiveness"] = {**common, **sizes["responsiveness"], "recommenders": tuple(boxes),
+                                    "llm": config.llm, "slate_size": config.slate_size}
+        fields["controls"] = {**common, **sizes["controls"], "boxes": tuple(boxes)}
     if profile:
         fields["steereval"] = {**common, **sizes["steereval"], "llm": llm,
                                "conditions": tuple(dict.fromkeys(steereval_condition(b) for b in profile))}
@@ -234,6 +254,8 @@ OWNED_FIELDS = {
     "calibrate-ctrlbench": ("compare", "protocol", "slate_size", *_SHARED_OWNED),
     # the task too: a persistence sub-run that is not one would leave its section without numbers
     "persistence": ("recommenders", "recommender_llm", "slate_size", "task", *_SHARED_OWNED),
+    "responsiveness": ("recommenders", "recommender_llm", "slate_size", "task", *_SHARED_OWNED),
+    "controls": ("boxes", "dataset"),
     "steereval": ("conditions", "encoder", *_SHARED_OWNED),
     "calibrate-steereval": ("compare", "protocol", "slate_size", *_SHARED_OWNED),
     "promptshift": ("llms", "dataset"),
@@ -311,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctrlsim audit", description=AUDIT_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Sub-runs: ctrlbench, calibrate-ctrlbench, persistence (any box); steereval, "
+        epilog="Sub-runs: ctrlbench, calibrate-ctrlbench, persistence, responsiveness, controls (any box); "
+               "steereval, "
                "calibrate-steereval (embedding, llm:SPEC); promptshift, calibrate-promptshift (llm:SPEC). "
                "docs/audit.md.")
     parser.add_argument("box", help="any make_recommender name (popularity, narm, dial:0.5, "

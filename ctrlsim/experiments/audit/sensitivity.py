@@ -35,7 +35,11 @@ from ctrlsim.experiments.config import RunOptions
 # numbers are not of that kind.
 NOT_COMPARED = {"persistence": "its half-lives are right-censored times over episodes, not the one "
                                "score per episode that the probe-model analysis compares; each model's "
-                               "report shows them"}
+                               "report shows them",
+                "responsiveness": "its scripted probes use no LLM, so every probe model gives the same "
+                                  "numbers",
+                "controls": "it asks the box for slates with no probe at all, so every probe model gives "
+                            "the same numbers"}
 
 
 def check_models(config: AuditConfig, llms: Sequence[str], given: Mapping[str, Any] | None = None

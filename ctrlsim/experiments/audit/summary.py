@@ -16,6 +16,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ctrlsim.backends.bundled import BUNDLED_LLMS
+from ctrlsim.experiments.audit.buttons import (
+    CONTROLS,
+    RESPONSIVENESS,
+    button_lines,
+    controls_section,
+    responsiveness_section,
+)
 from ctrlsim.experiments.audit.config import AuditConfig, is_llm_box
 from ctrlsim.experiments.audit.persistence import (
     persistence_caveats,
@@ -250,6 +257,10 @@ def build_summary(config: AuditConfig, done: Sequence, out: Path, cost: dict) ->
             section = calibration_section(item.result, config.boxes)
         elif name == "persistence":  # the runner's own numbers (`RunResult.summary`), read in words
             section = persistence_section(item.result)
+        elif name == RESPONSIVENESS:
+            section = responsiveness_section(item.result)
+        elif name == CONTROLS:
+            section = controls_section(item.result)
         elif name in sections:
             section = ctrlbench_section(item.result, config) if name == "ctrlbench" else \
                 steereval_section(item.result, config.boxes)
@@ -271,7 +282,7 @@ def build_summary(config: AuditConfig, done: Sequence, out: Path, cost: dict) ->
     }
     summary["audit"]["llms_ran"] = sorted({m.get("model", "?") for e in subruns.values() for m in e["llms"]})
     summary["headline"] = headline(summary) + persistence_headline(summary)
-    summary["headline_text"] = headline_lines(summary, summary["headline"])
+    summary["headline_text"] = headline_lines(summary, summary["headline"]) + button_lines(summary)
     summary["caveats"] = caveats(summary, SMALL_LLMS) + persistence_caveats(summary)
     return clean(summary)
 

@@ -6,10 +6,10 @@ based on profiling. This runner checks every claim against the box's own slates,
 auditor preparing evidence for a regulator would (Digital Services Act Art. 27: options to modify
 the main parameters; Art. 38: a recommender option not based on profiling):
 
-  units    `control=<name>|value=<v>|seed=<N>`: the same personas (`users` sampled users, each with
+  units    `<box>|control=<name>|value=<v>|seed=<N>`: the same personas (`users` sampled users, each with
            their first `history` liked items) get slates with the control at v and every other
            setting at its default; the claimed property is measured on each slate.
-           `non-profiled|seed=<N>`: the same personas in the non-profiled mode and in the default
+           `<box>|non-profiled|seed=<N>`: the same personas in the non-profiled mode and in the default
            mode; for each persona, the slate distance (1 - Jaccard) to the most different persona
            of the sample (tag profiles, cosine) and to a random one.
   tables   per control: the property at each value, Spearman's rho between value and property with
@@ -29,7 +29,7 @@ from ctrlsim.experiments.config import MAX_ITEMS, MAX_SEED, MAX_SLATE, MAX_USERS
 
 DEFAULT_OUT = "results/controls"
 NON_PROFILED = "non-profiled"
-SMOKE_PRESET: dict = {"box": "reference-controls", "users": 6, "points": 3, "seeds": (0,)}
+SMOKE_PRESET: dict = {"boxes": ("reference-controls",), "users": 6, "points": 3, "seeds": (0,)}
 PRESETS = {"smoke": SMOKE_PRESET}
 
 
@@ -37,8 +37,9 @@ PRESETS = {"smoke": SMOKE_PRESET}
 class ControlsConfig:
     """One check of a box's declared controls (config.json)."""
 
-    box: str = option("reference-controls", "the box whose declared controls are checked: a make_recommender "
-                      "name, a dial spec or an http(s):// service speaking contract 2 (GET /controls)")
+    boxes: tuple[str, ...] = option(("reference-controls",), "the boxes whose declared controls are checked: "
+                                    "make_recommender names, dial specs or http(s):// services speaking "
+                                    "contract 2 (GET /controls)")
     users: int = option(20, "personas per seed (sampled users with enough liked items)", low=3,
                         high=MAX_USERS)
     history: int = option(10, "liked items in each persona's history (the user's first ones)", low=1,
@@ -53,17 +54,21 @@ class ControlsConfig:
         check_fields(self)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds must be distinct and at least one, got {self.seeds}")
-        if not isinstance(self.box, str) or not self.box.strip() or "|" in self.box:
-            raise ConfigError(f"box: {self.box!r} is empty or contains '|'")
+        from ctrlsim.experiments.config import check_choices
         from ctrlsim.recommenders.registry import check_recommender_name
 
-        check_recommender_name(self.box)
+        check_choices("boxes", self.boxes, self.boxes)  # at least one, none twice
+        for box in self.boxes:
+            if not isinstance(box, str) or not box.strip() or "|" in box:
+                raise ConfigError(f"boxes: {box!r} is empty or contains '|'")
+            check_recommender_name(box)
 
 
 @dataclass(frozen=True)
 class ControlUnit:
-    """One unit: a control at one value (`control` None: the non-profiled check) for one seed."""
+    """One unit: a box's control at one value (`control` None: the non-profiled check) for one seed."""
 
+    box: str
     control: str | None
     value: object
     seed: int
@@ -71,5 +76,5 @@ class ControlUnit:
     @property
     def key(self) -> str:
         if self.control is None:
-            return f"{NON_PROFILED}|seed={self.seed}"
-        return f"control={self.control}|value={self.value}|seed={self.seed}"
+            return f"{self.box}|{NON_PROFILED}|seed={self.seed}"
+        return f"{self.box}|control={self.control}|value={self.value}|seed={self.seed}"

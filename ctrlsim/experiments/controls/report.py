@@ -13,16 +13,17 @@ ARTICLE_CONTROLS = "DSA Art. 27 (options to modify the main parameters)"
 ARTICLE_NON_PROFILED = "DSA Art. 38 (an option not based on profiling)"
 
 
-def control_verdicts(config, records: Mapping[str, dict]) -> list[dict]:
-    """Per declared control: values, the property's mean per value, rho with its interval over
+def control_verdicts(config, records: Mapping[str, dict], box: str) -> list[dict]:
+    """Per control `box` declares: values, the property's mean per value, rho with its interval over
     personas, adjacent steps told apart, and PASS/FAIL against the claimed direction."""
     from ctrlsim.experiments.context import UnitContext
     from ctrlsim.experiments.controls.units import declared
 
-    controls = declared(config, UnitContext())
+    controls = declared(config, UnitContext(), box)
     out = []
     for control in controls.controls:
-        recs = sorted((r for r in records.values() if r.get("control") == control.name),
+        recs = sorted((r for r in records.values()
+                       if r.get("recommender") == box and r.get("control") == control.name),
                       key=lambda r: (r["seed"], control.sweep(config.points).index(r["value"])
                                      if r["value"] in control.sweep(config.points) else 0))
         if not recs:
@@ -53,9 +54,9 @@ def control_verdicts(config, records: Mapping[str, dict]) -> list[dict]:
     return out
 
 
-def non_profiled_verdict(records: Mapping[str, dict]) -> dict | None:
+def non_profiled_verdict(records: Mapping[str, dict], box: str) -> dict | None:
     """Extreme-pair minus random-pair slate distance in both modes, and PASS / FAIL / INCONCLUSIVE."""
-    recs = [r for r in records.values() if r.get("kind") == "non_profiled"]
+    recs = [r for r in records.values() if r.get("kind") == "non_profiled" and r.get("recommender") == box]
     if not recs:
         return None
     out: dict = {"units": len(recs)}
@@ -84,40 +85,49 @@ def _rho_cell(rho) -> str:
 
 
 def render_tables(config, records: Mapping[str, dict]) -> list[Block]:
-    head = Text(f"# Declared controls of {config.box}: {len(records)} units\n"
-                f"dataset {config.dataset}; {config.users} personas per seed (their first {config.history} "
-                f"liked items), seeds {', '.join(map(str, config.seeds))}; slates of {config.slate_size}.")
-    verdicts = control_verdicts(config, records)
-    blocks: list[Block] = [head]
-    if verdicts:
-        rows = [[v["control"], v["claim"], f"{v['property']} {v['direction']}",
-                 " → ".join(format_estimate(m, digits=2) for m in v["means"]), _rho_cell(v["rho"]),
-                 f"{v['steps_told_apart']}/{v['steps']}", v["verdict"], ARTICLE_CONTROLS] for v in verdicts]
+    blocks: list[Block] = [Text(f"# Declared controls of {', '.join(config.boxes)}: {len(records)} units\n"
+                                f"dataset {config.dataset}; {config.users} personas per seed (their first "
+                                f"{config.history} liked items), seeds {', '.join(map(str, config.seeds))}; "
+                                f"slates of {config.slate_size}.")]
+    rows = [[box, v["control"], v["claim"], f"{v['property']} {v['direction']}",
+             " → ".join(format_estimate(m, digits=2) for m in v["means"]), _rho_cell(v["rho"]),
+             f"{v['steps_told_apart']}/{v['steps']}", v["verdict"], ARTICLE_CONTROLS]
+            for box in config.boxes for v in control_verdicts(config, records, box)]
+    silent = [box for box in config.boxes if not any(r[0] == box for r in rows)]
+    if rows:
         blocks.append(Table.of("Declared controls: does each do what it claims?", rows,
-                               ["Control", "claim", "property", "property at each value (mean ± 95% CI)",
-                                "Spearman rho [95% CI]", "steps told apart", "verdict", "speaks to"],
+                               ["Black-Box", "Control", "claim", "property",
+                                "property at each value (mean ± 95% CI)", "Spearman rho [95% CI]",
+                                "steps told apart", "verdict", "speaks to"],
                                after="rho: between the control's value and the claimed property of each "
                                      "persona's slate, with a bootstrap interval resampling personas. "
                                      "PASS: the interval excludes 0 on the claimed side; FAIL otherwise (a "
                                      "control that changes nothing has no rho). Steps: adjacent values whose "
                                      f"paired difference over personas is told apart at p < {ALPHA} "
                                      "(docs/controls.md)."))
-    else:
-        blocks.append(Text(f"{config.box} declares no controls (or none has finished)."))
-    np_verdict = non_profiled_verdict(records)
-    if np_verdict is not None:
-        rows = [[mode.replace("_", "-"), f"{np_verdict[mode]['extreme']:.3f}",
-                 f"{np_verdict[mode]['random']:.3f}", format_estimate(np_verdict[mode]["excess"], digits=3),
-                 f"{np_verdict[mode]['test'].p:.3g}"] for mode in ("non_profiled", "profiled")]
-        blocks.append(Table.of("Non-profiled mode: do slates still follow the persona?", rows,
-                               ["mode", "distance to the most different persona",
-                                "distance to a random persona", "excess (mean ± 95% CI)", "p (excess > 0)"],
-                               after=f"Verdict: {np_verdict['verdict']} ({ARTICLE_NON_PROFILED}; settings "
-                                     f"{np_verdict['settings']}). Distance = 1 - Jaccard overlap of two "
-                                     "personas' slates. A feed not based on profiling gives the most "
-                                     "different personas slates no more different than random pairs get "
-                                     "(no excess); the profiled mode must show an excess, or the check has "
-                                     "no power (INCONCLUSIVE)."))
+    if silent:
+        blocks.append(Text(f"{', '.join(silent)}: no declared control (or none has finished)."))
+    np_rows = []
+    for box in config.boxes:
+        found = non_profiled_verdict(records, box)
+        if found is None:
+            continue
+        for mode in ("non_profiled", "profiled"):
+            mine = found[mode]
+            np_rows.append([box, mode.replace("_", "-"), f"{mine['extreme']:.3f}", f"{mine['random']:.3f}",
+                            format_estimate(mine["excess"], digits=3), f"{mine['test'].p:.3g}",
+                            found["verdict"] if mode == "non_profiled" else "",
+                            str(found["settings"]) if mode == "non_profiled" else "default"])
+    if np_rows:
+        blocks.append(Table.of("Non-profiled mode: do slates still follow the persona?", np_rows,
+                               ["Black-Box", "mode", "distance to the most different persona",
+                                "distance to a random persona", "excess (mean ± 95% CI)", "p (excess > 0)",
+                                "verdict", "settings"],
+                               after=f"Verdicts speak to {ARTICLE_NON_PROFILED}. Distance = 1 - Jaccard "
+                                     "overlap of two personas' slates. A feed not based on profiling gives "
+                                     "the most different personas slates no more different than random "
+                                     "pairs get (no excess): PASS; an excess: FAIL; the profiled mode must "
+                                     "show an excess, or the check has no power (INCONCLUSIVE)."))
     return blocks
 
 
@@ -126,15 +136,18 @@ def report(ctx, records) -> list[Block]:
 
 
 def summary(ctx, records) -> dict:
-    """The verdicts as data (the audit's section reads them)."""
-    records = dict(records)
-    controls = [{**{k: v for k, v in c.items() if k not in ("means", "rho")},
-                 "means": [m.to_dict() for m in c["means"]],
-                 "rho": {"value": c["rho"].rho, "low": c["rho"].low, "high": c["rho"].high},
-                 "article": ARTICLE_CONTROLS} for c in control_verdicts(ctx.config, records)]
-    np_verdict = non_profiled_verdict(records)
-    non_profiled = None if np_verdict is None else {
-        "verdict": np_verdict["verdict"], "settings": np_verdict["settings"], "article": ARTICLE_NON_PROFILED,
-        **{mode: {"excess": np_verdict[mode]["excess"].to_dict(), "p": np_verdict[mode]["test"].p}
-           for mode in ("non_profiled", "profiled")}}
-    return {"box": ctx.config.box, "controls": controls, "non_profiled": non_profiled}
+    """The verdicts as data, per box (the audit's section reads them)."""
+    records, config = dict(records), ctx.config
+    out = {}
+    for box in config.boxes:
+        controls = [{**{k: v for k, v in c.items() if k not in ("means", "rho")},
+                     "means": [m.to_dict() for m in c["means"]],
+                     "rho": {"value": c["rho"].rho, "low": c["rho"].low, "high": c["rho"].high},
+                     "article": ARTICLE_CONTROLS} for c in control_verdicts(config, records, box)]
+        found = non_profiled_verdict(records, box)
+        non_profiled = None if found is None else {
+            "verdict": found["verdict"], "settings": found["settings"], "article": ARTICLE_NON_PROFILED,
+            **{mode: {"excess": found[mode]["excess"].to_dict(), "p": found[mode]["test"].p}
+               for mode in ("non_profiled", "profiled")}}
+        out[box] = {"controls": controls, "non_profiled": non_profiled}
+    return {"boxes": out}

@@ -11,9 +11,9 @@ from ctrlsim.experiments.controls.config import ControlsConfig, ControlUnit
 from ctrlsim.seeding import derive_rng
 
 
-def declared(config: ControlsConfig, unit: UnitContext):
+def declared(config: ControlsConfig, unit: UnitContext, box: str):
     """The box's declared controls (`Controls`): in-process, or what its service answers."""
-    return unit.box(config.box, config.dataset).controls
+    return unit.box(box, config.dataset).controls
 
 
 def personas(config: ControlsConfig, unit: UnitContext, seed: int) -> list[tuple[str, tuple[str, ...]]]:
@@ -28,10 +28,11 @@ def personas(config: ControlsConfig, unit: UnitContext, seed: int) -> list[tuple
     return [(users[i], tuple(seed_items(dataset, users[i], config.history))) for i in order]
 
 
-def _slates(config: ControlsConfig, unit: UnitContext, people, settings: dict) -> list[list[str]]:
+def _slates(config: ControlsConfig, unit: UnitContext, box_name: str, people,
+            settings: dict) -> list[list[str]]:
     from ctrlsim.recommenders import UserState
 
-    box = unit.box(config.box, config.dataset)
+    box = unit.box(box_name, config.dataset)
     states = [UserState(history=h, user_id=u, settings=settings) for u, h in people]
     return [s.item_ids for s in box.recommend(states, config.slate_size)]
 
@@ -64,27 +65,27 @@ def run_unit(config: ControlsConfig, unit: UnitContext) -> dict:
 
     started = time.perf_counter()
     spec: ControlUnit = unit.spec
-    controls = declared(config, unit)
+    controls = declared(config, unit, spec.box)
     dataset = unit.dataset(config.dataset)
     people = personas(config, unit, spec.seed)
-    record: dict = {"seed": spec.seed, "users": [u for u, _ in people]}
+    record: dict = {"recommender": spec.box, "seed": spec.seed, "users": [u for u, _ in people]}
     if spec.control is None:
         if not controls.non_profiled:
-            raise ConfigError(f"{config.box} declares no non-profiled mode")
+            raise ConfigError(f"{spec.box} declares no non-profiled mode")
         extreme, random = partners(dataset, people, spec.seed)
         for mode, settings in (("non_profiled", dict(controls.non_profiled)), ("profiled", {})):
-            slates = _slates(config, unit, people, settings)
+            slates = _slates(config, unit, spec.box, people, settings)
             record[mode] = {"settings": settings, "slates": slates,
                             "extreme": [_distance(slates[i], slates[j]) for i, j in enumerate(extreme)],
                             "random": [_distance(slates[i], slates[j]) for i, j in enumerate(random)]}
         record.update(kind="non_profiled", extreme_partner=extreme, random_partner=random)
     else:
         control = controls.by_name()[spec.control]
-        slates = _slates(config, unit, people, {spec.control: spec.value})
+        slates = _slates(config, unit, spec.box, people, {spec.control: spec.value})
         record.update(kind="control", control=spec.control, value=spec.value, property=control.property,
                       slates=slates, values=[slate_property(control.property, dataset, s, h)
                                              for s, (_, h) in zip(slates, people)])
-    record["box"] = unit.box(config.box, config.dataset).identity
+    record["box"] = unit.box(spec.box, config.dataset).identity
     record["timing"] = {"seconds": round(time.perf_counter() - started, 3)}
     return record
 
@@ -94,11 +95,13 @@ def run_unit(config: ControlsConfig, unit: UnitContext) -> dict:
 def plan(ctx, finished) -> list[ControlUnit]:
     """Every declared control at every sweep value, and the non-profiled check where declared."""
     config = ctx.config
-    controls = declared(config, ctx.unit)
-    units = [ControlUnit(c.name, value, seed) for c in controls.controls for value in c.sweep(config.points)
-             for seed in config.seeds]
-    if controls.non_profiled:
-        units += [ControlUnit(None, None, seed) for seed in config.seeds]
+    units = []
+    for box in config.boxes:
+        controls = declared(config, ctx.unit, box)
+        units += [ControlUnit(box, c.name, value, seed) for c in controls.controls
+                  for value in c.sweep(config.points) for seed in config.seeds]
+        if controls.non_profiled:
+            units += [ControlUnit(box, None, None, seed) for seed in config.seeds]
     return units
 
 

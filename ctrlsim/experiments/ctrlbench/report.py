@@ -200,3 +200,15 @@ def figures(ctx, records) -> None:
     from ctrlsim.experiments.ctrlbench.inputs import sizes
 
     save_figures(ctx.folder, ctx.config, dict(records), sizes(ctx.config))
+
+
+def run_summary(ctx, records) -> dict:
+    """The run's numbers as data (`RunResult.summary`) for the tasks the audit reads: persistence and
+    responsiveness; {} for the others."""
+    if ctx.config.task == "responsiveness":
+        from ctrlsim.experiments.ctrlbench.responsiveness import run_summary as responsiveness_summary
+
+        return responsiveness_summary(ctx.config, dict(records))
+    from ctrlsim.experiments.ctrlbench.persistence import run_summary as persistence_summary
+
+    return persistence_summary(ctx, records)

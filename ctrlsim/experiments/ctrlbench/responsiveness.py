@@ -179,3 +179,33 @@ def responsiveness_blocks(config, records: Mapping[str, dict]) -> list[Block]:
     if not any("responsiveness" in r for r in records.values()):
         return [Text("No responsiveness episode finished yet.")]
     return [responsiveness_table(config, records)]
+
+
+def run_summary(config, records: Mapping[str, dict]) -> dict:
+    """A responsiveness run's numbers as data (`RunResult.summary`; the audit's "Do the buttons work?"
+    reads them): per box, method and action the items dismissed, the similar items shown in each arm,
+    the responsiveness and the implied strength with their intervals, and the box's own statement."""
+    cells: dict[str, dict[str, dict]] = {}
+    for record in records.values():
+        if "responsiveness" in record:
+            cells.setdefault(record["recommender"], {}).setdefault(record["method"], {"records": []})[
+                "records"].append(record)
+    out: dict[str, dict[str, dict]] = {}
+    for box, per_method in cells.items():
+        for method, cell in per_method.items():
+            recs = cell["records"]
+            actions = {}
+            for action in config.feedback_actions:
+                fb, skip, shown = feedback_counts(recs, action)
+                est = responsiveness(fb, skip)
+                density = sum(skip) / sum(shown) if sum(shown) else float("nan")
+                strength = {k: implied_strength(getattr(est, k), density) for k in ("value", "low", "high")}
+                actions[action] = {"items": len(fb), "skip": sum(skip), "feedback": sum(fb),
+                                   "responsiveness": est.to_dict(), "density": density,
+                                   "strength": {k: None if np.isnan(v) else v for k, v in strength.items()},
+                                   "live": LIVE[action]}
+            out.setdefault(box, {})[method] = {"episodes": len(recs), "actions": actions,
+                                               "negative_feedback": recs[0].get("negative_feedback")}
+    return {"task": "responsiveness", "fork_round": config.fork_round, "horizon": config.rounds,
+            "actions": list(config.feedback_actions), "boxes": list(config.recommenders),
+            "methods": list(config.all_methods), "cells": out}

@@ -1,7 +1,7 @@
 """The `ctrlbench` runner: CtrlBench-Rec's method comparison (see `config` for what a run writes)."""
 from __future__ import annotations
 
-from ctrlsim.experiments.ctrlbench import config, inputs, observe, persistence, reliability, report, units
+from ctrlsim.experiments.ctrlbench import config, inputs, observe, reliability, report, units
 from ctrlsim.experiments.runner import Runner
 
 RUNNER = Runner(name="ctrlbench", config_cls=config.CtrlBenchConfig, description=config.__doc__,
@@ -14,5 +14,5 @@ RUNNER = Runner(name="ctrlbench", config_cls=config.CtrlBenchConfig, description
                 record_fields=("method", "recommender", "target", "seed", "curves", "probes", "personas"),
                 unit_name="episodes", observation=observe.OBSERVATION,
                 scores=reliability.SCORES,
-                # --task persistence: the retention numbers as data (the audit reads them); else {}
-                summary=persistence.run_summary)
+                # --task persistence, responsiveness: the numbers as data (the audit reads them); else {}
+                summary=report.run_summary)

@@ -2,13 +2,13 @@
 
 Without a bound the table only grows (every episode of every client creates accounts), so a service
 left running fills the machine's memory. The table keeps at most `capacity` accounts holding at most
-`max_items` history and shown entries in all (an account's history may repeat items, so a count of
-accounts alone bounds nothing): going past either evicts the accounts used least recently (created,
-given feedback or ranked for). Item ids are stored as the catalogue's own strings, not the request's
-copies (a third of the memory). A request naming
-an evicted account gets the same 404 as an unknown one, and says why; ctrlsim's own client then
-creates the account again from the state it keeps (`ctrlsim.recommenders.http.lineage`). Clients that
-are done with accounts delete them (`POST /accounts/delete`).
+`max_items` history, shown and negative-feedback entries in all (an account's history may repeat
+items, so a count of accounts alone bounds nothing): going past either evicts the accounts used least
+recently (created, given feedback or ranked for). Item ids are stored as the catalogue's own strings,
+not the request's copies (a third of the memory). A request naming an evicted account gets the same
+404 as an unknown one, and says why; ctrlsim's own client then creates the account again from the
+state it keeps (`ctrlsim.recommenders.http.lineage`). Clients that are done with accounts delete them
+(`POST /accounts/delete`).
 """
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ class AccountState:
     attributes: dict[str, Any]
     exclude_history: bool
     mask_shown: bool
+    not_interested: list[str] = field(default_factory=list)  # contract 2: negative feedback, in order
+    disliked: list[str] = field(default_factory=list)
+    blocked_tags: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # fixed when the account is created
     liked: set[str] = field(default_factory=set)
     shown: list[str] = field(default_factory=list)  # in the order first shown
     shown_set: set[str] = field(default_factory=set)
@@ -50,12 +54,27 @@ class AccountState:
                 self.shown_set.add(item)
                 self.shown.append(item)
 
+    def record(self, kind: str, target: str) -> None:
+        """One feedback event on `target` (an item; a tag for a block). A like of an item already liked,
+        or a shown item already shown, changes nothing; a negative event is appended as it comes (the
+        state's own lists keep repeats)."""
+        if kind == "like":
+            self.like(target)
+        elif kind == "shown":
+            self.show([target])
+        else:
+            {"not_interested": self.not_interested, "dislike": self.disliked,
+             "block": self.blocked_tags}[kind].append(target)
+
     def size(self) -> int:
-        return len(self.history) + len(self.shown)
+        return (len(self.history) + len(self.shown) + len(self.not_interested) + len(self.disliked)
+                + len(self.blocked_tags))
 
     def user_state(self) -> UserState:
         return UserState(history=tuple(self.history), profile=self.profile,
-                         attributes=dict(self.attributes), shown=tuple(self.shown))
+                         attributes=dict(self.attributes), shown=tuple(self.shown),
+                         not_interested=tuple(self.not_interested), disliked=tuple(self.disliked),
+                         blocked_tags=tuple(self.blocked_tags), settings=dict(self.settings))
 
 
 class AccountTable:

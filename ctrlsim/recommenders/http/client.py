@@ -34,6 +34,11 @@ shown items: `ctrlsim.recommenders.http.lineage`): a state continues an account 
 likes; items shown elsewhere, such as search results) turn the account's state into exactly this one;
 otherwise (a new episode, another beam node of the ceiling, another user) a fresh account is created.
 An account the service no longer has (evicted, deleted) is created again from the state, once.
+
+Negative feedback (not interested, dislikes, blocked tags) and the settings of the box's controls
+travel only when the service speaks contract version 2; the box asks its version the first time it
+needs to know (`ctrlsim.recommenders.http.negotiation`). Against a version-1 service they are never
+sent, `controls` declares none and `negative_feedback` says they are ignored.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ import numpy as np
 from ctrlsim.data import Dataset
 from ctrlsim.errors import ConfigError
 from ctrlsim.recommenders.base import Candidates, Recommender, Slate, UserState
+from ctrlsim.recommenders.http.answers import checked_slates
+from ctrlsim.recommenders.http.contract import ENDPOINTS
 from ctrlsim.recommenders.http.exchanges import (
     MISSING,
     ExchangeChangedWarning,
@@ -58,7 +65,16 @@ from ctrlsim.recommenders.http.exchanges import (
     log_for,
     read_exchanges,
 )
-from ctrlsim.recommenders.http.lineage import AccountIndex, ServiceAccount, plain_attributes
+from ctrlsim.recommenders.http.lineage import AccountIndex, ServiceAccount, negative_fields, plain_attributes
+from ctrlsim.recommenders.http.negotiation import (
+    UNRECORDED_HEALTH,
+    ServiceTerms,
+    as_sent,
+    needs_negotiation,
+    spoken_version,
+    terms_from_controls,
+    v1_terms,
+)
 from ctrlsim.recommenders.http.options import DEFAULTS, checked_options, is_http, parse_http_spec
 from ctrlsim.recommenders.http.transport import RecommenderResponseError, Transport
 from ctrlsim.redact import redact_secrets as _shown
@@ -96,6 +112,8 @@ class HttpRecommender(Recommender):
         self._nonce = uuid.uuid4().hex[:8]  # live account ids of this client never collide with another's
         self._account_counter = 0
         self._lock = threading.Lock()
+        self._terms: ServiceTerms | None = None  # asked once, when first needed (`terms`)
+        self._terms_lock = threading.Lock()
 
     @property
     def identity(self) -> dict:
@@ -105,6 +123,41 @@ class HttpRecommender(Recommender):
             "mode": self.options["mode"],
             "dataset": self.dataset.name,
         }
+
+    # ------------------------------------------------------------------ what the service speaks
+    def terms(self) -> ServiceTerms:
+        """The contract version spoken with the service and what it declares, asked once: `GET /health`,
+        then, from version 2, `GET /controls` (both recorded, and answered from the log in a replay)."""
+        with self._terms_lock:
+            if self._terms is None:
+                where = _shown(self.base)
+                health = self._exchange(ENDPOINTS["health"], None, None, method="GET",
+                                        unrecorded=dict(UNRECORDED_HEALTH))
+                if spoken_version(health, where) == "1":
+                    self._terms = v1_terms()
+                else:
+                    answer = self._exchange(ENDPOINTS["controls"], None, None, method="GET")
+                    self._terms = terms_from_controls(answer, where)
+            return self._terms
+
+    @property
+    def controls(self):
+        """The controls the service's box declares (`GET /controls`); none from a version-1 service."""
+        return self.terms().controls
+
+    @property  # type: ignore[override]
+    def negative_feedback(self) -> str:
+        """What the service's box does with negative feedback, in its own words (`GET /controls`); from a
+        version-1 service, that it is ignored (it never reaches the service)."""
+        return self.terms().negative_feedback
+
+    @negative_feedback.setter
+    def negative_feedback(self, value: str) -> None:
+        raise ConfigError("an HTTP box's negative_feedback is the service's own statement (GET /controls)")
+
+    @property
+    def reads_negative_feedback(self) -> bool:
+        return self.terms().reads_negative_feedback
 
     # ------------------------------------------------------------------ exchanges
     def _log(self) -> ExchangeLog | None:
@@ -124,22 +177,26 @@ class HttpRecommender(Recommender):
         log.check_replay(unverified=unverified)
         return log
 
-    def _exchange(self, endpoint: str, body: Any, logical: Any, *, answers: bool = True) -> Any:
-        """One POST, recorded in the exchange log. `answers`: the response is a recommendation (looked
-        up when replaying, compared with earlier answers); otherwise an acknowledgement (accounts,
-        feedback), which a replay does not send at all."""
+    def _exchange(self, endpoint: str, body: Any, logical: Any, *, answers: bool = True, method: str = "POST",
+                  unrecorded: Any = MISSING) -> Any:
+        """One request, recorded in the exchange log. `answers`: the response is an answer (a
+        recommendation, the service's version or controls: looked up when replaying, compared with
+        earlier answers); otherwise an acknowledgement (accounts, feedback), which a replay does not
+        send at all. `unrecorded`: what a replay answers when its log lacks the request."""
         key = exchange_key(self.base, endpoint, logical)
         replay = self._replay()
         if replay is not None:
             answer = replay.answer(key) if answers else None
-            if answer is MISSING:
+            if answer is MISSING and unrecorded is not MISSING:
+                answer = unrecorded
+            elif answer is MISSING:
                 raise ReplayMissError(
                     f"replaying {replay.path}: the recorded run never sent this {endpoint} "
                     f"request (key {key[:12]}); the replayed run differs from the recorded one"
                 )
             status, seconds = 200, 0.0
         else:
-            status, answer, seconds = self.transport.call("POST", endpoint, body)
+            status, answer, seconds = self.transport.call(method, endpoint, body)
         log = self._log()
         entry = {
             "time": time.time(),
@@ -175,6 +232,10 @@ class HttpRecommender(Recommender):
         for state in states:
             self.dataset.check_items(state.history)
             self.dataset.check_items(state.shown)
+            self.dataset.check_items(state.negatives)
+        if needs_negotiation(states):  # a version-1 service cannot receive these: they stay here
+            contract = self.terms().contract
+            states = [as_sent(s, contract) for s in states]
         pools = self._pools(states, candidates)
         pool_ids = None if pools is None else [[str(i) for i in self.dataset.item_ids[p]] for p in pools]
         if self.options["mode"] == "stateful":
@@ -191,6 +252,7 @@ class HttpRecommender(Recommender):
             "profile": state.profile,
             "attributes": plain_attributes(state.attributes),
             "shown": list(state.shown),
+            **negative_fields(state),  # only what a state has, and only to a version-2 service
         }
         if pool is not None:
             body["candidates"] = pool
@@ -249,8 +311,8 @@ class HttpRecommender(Recommender):
                                              mask_shown=self.mask_shown, new_id=self._new_account_id)
                 creations.extend([plan.creation] if plan.creation else [])
                 events.extend(plan.events)
-                logical_events.extend({"item": e["item"], "type": e["type"], "history": list(state.history)}
-                                      for e in plan.events)
+                logical_events.extend({**{k: v for k, v in e.items() if k != "account"},
+                                       "history": list(state.history)} for e in plan.events)
                 accounts.append(plan.account)
             busy = {id(a) for a in accounts}
             self._busy |= busy
@@ -318,96 +380,29 @@ class HttpRecommender(Recommender):
                           "ask it with recommend(states, k)")
 
     # ------------------------------------------------------------------ checks
-    def _slates(
-        self,
-        answer: Any,
-        states: list[UserState],
-        k: int,
-        endpoint: str,
-        pools: list[list[str] | None],
-        shown: list[set[str]],
-    ) -> list[Slate]:
-        from pydantic import ValidationError
+    def _slates(self, answer: Any, states: list[UserState], k: int, endpoint: str,
+                pools: list[list[str] | None], shown: list[set[str]]) -> list[Slate]:
+        def count(skipped: int, short: bool) -> None:
+            with self._lock:
+                self.stats["skipped_items"] += skipped
+                self.stats["short_lists"] += short
 
-        from ctrlsim.recommenders.http.contract import RecommendResponse
-
-        where = f"{_shown(self.base)}{endpoint}"
-        try:
-            parsed = RecommendResponse.model_validate(answer)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field_name = ".".join(str(p) for p in first["loc"])
-            raise RecommenderResponseError(
-                f"{where}: the response breaks the contract at '{field_name}': {first['msg']}"
-            ) from None
-        if len(parsed.lists) != len(states):
-            raise RecommenderResponseError(f"{where}: {len(parsed.lists)} lists for {len(states)} requested")
-        known = self.dataset.item_index
-        slates = []
-        for n, (ranked, state, pool, seen) in enumerate(zip(parsed.lists, states, pools, shown)):
-            banned = (set(state.history) if self.exclude_history else set()) | (
-                seen if self.mask_shown else set()
-            )
-            allowed = set(pool) if pool is not None else None
-            items: list[str] = []
-            scores: list[float] = []
-            problems: list[str] = []
-            if ranked.scores is not None and len(ranked.scores) != len(ranked.items):
-                raise RecommenderResponseError(
-                    f"{where}: lists[{n}].scores has {len(ranked.scores)} values for "
-                    f"{len(ranked.items)} items"
-                )
-            for pos, item in enumerate(ranked.items):
-                problem = None
-                if item not in known:
-                    problem = f"unknown item id {item!r}"
-                elif item in items:
-                    problem = f"duplicate item {item!r}"
-                elif item in banned:
-                    where_from = "history" if item in state.history else "shown items"
-                    problem = f"item {item!r} is in the user's {where_from}"
-                elif allowed is not None and item not in allowed:
-                    problem = f"item {item!r} is not in the candidate pool"
-                elif len(items) >= k:
-                    problem = f"more than k={k} items"
-                if problem:
-                    problems.append(f"lists[{n}].items[{pos}]: {problem}")
-                    continue
-                items.append(item)
-                scores.append(ranked.scores[pos] if ranked.scores is not None else float(k - len(items) + 1))
-            # Banned items are catalogue ids (histories and shown items are checked on the way in), so
-            # the whole catalogue's count needs no set of every id.
-            eligible = len(allowed - banned) if allowed is not None else len(known) - len(banned)
-            if len(items) < min(k, eligible):
-                problems.append(
-                    f"lists[{n}].items: {len(items)} valid items, fewer than k={k} "
-                    f"(and {eligible} items were eligible)"
-                )
-            if problems:
-                if self.options["on_invalid"] == "error":
-                    raise RecommenderResponseError(
-                        f"{where}: {'; '.join(problems[:5])}"
-                        + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
-                    )
-                with self._lock:
-                    self.stats["skipped_items"] += sum("fewer than" not in p for p in problems)
-                    self.stats["short_lists"] += any("fewer than" in p for p in problems)
-            values = np.asarray(scores, dtype=np.float64)
-            if not np.all(np.isfinite(values)):
-                raise RecommenderResponseError(f"{where}: lists[{n}].scores holds a value that is not finite")
-            slates.append(Slate(items, values))
-        return slates
+        return checked_slates(answer, states, k, f"{_shown(self.base)}{endpoint}", pools, shown,
+                              known=self.dataset.item_index, exclude_history=self.exclude_history,
+                              mask_shown=self.mask_shown, on_invalid=self.options["on_invalid"], count=count)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_lock", None)
         state.pop("_busy", None)
+        state.pop("_terms_lock", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._busy = set()
+        self._terms_lock = threading.Lock()
 
 
 def _without_id(creation: dict) -> dict:

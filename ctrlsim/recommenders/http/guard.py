@@ -47,7 +47,8 @@ def check_lengths(request: Any, limits: ServeLimits) -> None:
             raise Refused(413, f"{batch_name} holds {len(batch)} entries, more than this service's limit "
                                f"of {limits.max_batch} ({FLAGS['max_batch']})")
         for n, entry in enumerate(batch):
-            for list_name in ("history", "shown", "candidates", "attributes"):
+            for list_name in ("history", "shown", "candidates", "attributes", "not_interested", "disliked",
+                              "blocked_tags", "settings"):
                 value = getattr(entry, list_name, None)
                 if value is not None and len(value) > limits.max_list:
                     raise Refused(413, f"{batch_name}[{n}].{list_name} holds {len(value)} entries, "

@@ -7,9 +7,11 @@ state, never by the user id alone: the ceiling's beam holds many states of one p
 two users without an id may have the same history. A state *continues* an account only when sending
 events turns the account's state into exactly this one:
 
-- same identity;
+- same identity (with contract version 2, the settings of the box's controls are part of it);
 - the account's history is a prefix of the state's, and the items after it are new likes (not liked
   yet, none twice), which go to the service as "like" events;
+- (contract version 2) each of the account's not-interested items, dislikes and blocked tags is a
+  prefix of the state's; the rest go as "not_interested", "dislike" and "block" events;
 - everything the account was shown (served by the service, or sent as "shown") is among the state's
   shown items; the state's other shown items go as "shown" events.
 
@@ -33,7 +35,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from ctrlsim.recommenders.base import UserState
 
 __all__ = ["MAX_TRACKED", "AccountIndex", "Assignment", "ServiceAccount", "identity_digest",
-           "plain_attributes"]
+           "negative_fields", "negative_lists", "plain_attributes"]
 
 MAX_TRACKED = 100_000
 
@@ -47,11 +49,24 @@ def plain_attributes(attributes: Mapping[str, object]) -> dict:
 
 
 def identity_digest(user_id: str | None, profile: str | None, attributes: dict, exclude_history: bool,
-                    mask_shown: bool) -> str:
-    """What fixes an account besides its history and shown items, as one digest."""
-    blob = json.dumps([user_id, profile, attributes, bool(exclude_history), bool(mask_shown)], sort_keys=True,
-                      default=str)
+                    mask_shown: bool, settings: dict | None = None) -> str:
+    """What fixes an account besides its history, shown items and negative feedback, as one digest."""
+    blob = json.dumps([user_id, profile, attributes, bool(exclude_history), bool(mask_shown), settings or {}],
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def negative_lists(state: UserState) -> dict[str, tuple[str, ...]]:
+    """A state's negative feedback by event type (the contract's names)."""
+    return {"not_interested": state.not_interested, "dislike": state.disliked, "block": state.blocked_tags}
+
+
+def negative_fields(state: UserState) -> dict:
+    """The contract-2 fields of a state or account that has them (empty ones are left out, so a state
+    without negative feedback or settings is sent exactly as version 1 sends it)."""
+    fields = {"not_interested": list(state.not_interested), "disliked": list(state.disliked),
+              "blocked_tags": list(state.blocked_tags), "settings": plain_attributes(state.settings)}
+    return {name: value for name, value in fields.items() if value}
 
 
 def _prefix_digests(history: Sequence[str], lengths: Iterable[int]) -> dict[int, str]:
@@ -80,14 +95,30 @@ class ServiceAccount:
     served: list[str] = field(default_factory=list)  # what the service showed, in order
     shown_sent: set[str] = field(default_factory=set)  # items sent as "shown" events
     liked: set[str] = field(default_factory=set)
+    negatives: dict[str, list[str]] = field(default_factory=dict)  # event type -> items (tags), in order
+    settings: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.liked = set(self.history)
 
     def logical(self) -> dict:
-        """The state as the client knows it, without the live account id (an exchange's key)."""
-        return {"history": list(self.history), "profile": self.profile, "attributes": self.attributes,
-                "served": list(self.served), "shown": sorted(self.shown_sent)}
+        """The state as the client knows it, without the live account id (an exchange's key). Negative
+        feedback and settings appear only when there are some: without them the key is version 1's."""
+        logical = {"history": list(self.history), "profile": self.profile, "attributes": self.attributes,
+                   "served": list(self.served), "shown": sorted(self.shown_sent)}
+        logical.update({kind: list(done) for kind, done in self.negatives.items() if done})
+        return {**logical, "settings": self.settings} if self.settings else logical
+
+    def negative_steps(self, state: UserState) -> list[tuple[str, str]] | None:
+        """The negative events (type, item or tag) that turn this account's negative feedback into
+        the state's; None when the account's lists are not prefixes of the state's."""
+        steps: list[tuple[str, str]] = []
+        for kind, wanted in negative_lists(state).items():
+            done = self.negatives.get(kind, [])
+            if list(wanted[: len(done)]) != done:
+                return None
+            steps.extend((kind, target) for target in wanted[len(done):])
+        return steps
 
     def covered(self) -> set[str]:
         """Everything the service counts as shown to this account."""
@@ -128,21 +159,23 @@ class AccountIndex:
     def __len__(self) -> int:
         return self._size
 
-    def find(self, identity: str, history: Sequence[str], shown: set[str],
-             taken: set[int]) -> tuple[ServiceAccount, list[str]] | None:
-        """An account this state continues (the longest history first) and the likes to send, or None.
-        `taken`: ids of accounts that already serve a state."""
+    def find(self, identity: str, state: UserState,
+             taken: set[int]) -> tuple[ServiceAccount, list[str], list[tuple[str, str]]] | None:
+        """An account this state continues (the longest history first), the likes and the negative
+        events to send, or None. `taken`: ids of accounts that already serve a state."""
         lengths = self._lengths.get(identity)
         if not lengths:
             return None
+        history, shown = state.history, set(state.shown)
         digests = _prefix_digests(history, lengths)
         for n in sorted(digests, reverse=True):
             for account in self._by_key.get((identity, digests[n]), ()):
                 if id(account) in taken:
                     continue
                 new = account.extension(history, shown)
-                if new is not None:
-                    return account, new
+                steps = account.negative_steps(state) if new is not None else None
+                if new is not None and steps is not None:
+                    return account, new, steps
         return None
 
     def assign(self, state: UserState, *, exclude_history: bool, mask_shown: bool, taken: set[int],
@@ -150,21 +183,30 @@ class AccountIndex:
         """The account `state` continues, or a fresh one (`new_id()` names it): see the module docstring.
         The index records it at once (as continued or created); `taken` gets its id."""
         attributes = plain_attributes(state.attributes)
-        identity = identity_digest(state.user_id, state.profile, attributes, exclude_history, mask_shown)
-        found = self.find(identity, state.history, set(state.shown), taken)
+        settings = plain_attributes(state.settings)
+        identity = identity_digest(state.user_id, state.profile, attributes, exclude_history, mask_shown,
+                                   settings)
+        found = self.find(identity, state, taken)
         creation = None
-        if found is not None:  # the same user a few steps later: its likes since go as events
-            account, likes = found
+        if found is not None:  # the same user a few steps later: its likes and dismissals since go as events
+            account, likes, steps = found
             self.extend(account, likes)
             events = [{"account": account.account, "item": item, "type": "like"} for item in likes]
+            for kind, target in steps:
+                account.negatives.setdefault(kind, []).append(target)
+                events.append({"account": account.account, "tag" if kind == "block" else "item": target,
+                               "type": kind})
             covered = account.covered()
             extra_shown = [i for i in state.shown if i not in covered]
         else:  # a new episode, another beam node, another user: a fresh account
-            account = ServiceAccount(new_id(), identity, list(state.history), state.profile, attributes)
+            account = ServiceAccount(new_id(), identity, list(state.history), state.profile, attributes,
+                                     negatives={k: list(v) for k, v in negative_lists(state).items()},
+                                     settings=settings)
             self.add(account)
             creation = {"account": account.account, "history": list(state.history),
                         "profile": state.profile, "attributes": attributes,
-                        "exclude_history": exclude_history, "mask_shown": mask_shown}
+                        "exclude_history": exclude_history, "mask_shown": mask_shown,
+                        **negative_fields(state)}
             events, extra_shown = [], list(state.shown)
         for item in extra_shown:
             if item not in account.shown_sent:

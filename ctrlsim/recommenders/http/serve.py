@@ -28,6 +28,10 @@ Choices a client can rely on:
   bearer scheme comes from the routes' own (second) check.
 * Bounds (`guard.ServeLimits`): body size, entries per request and per list (413 naming the limit),
   and accounts kept (`accounts.AccountTable`, least recently used evicted).
+* Versions: the app speaks contract `contract` (the newest by default) and every version before it.
+  A version-1 request is a version-2 one without the new fields, so the routes read every request as
+  the newest version. With `contract="1"` the app is a version-1 service exactly (its schemas, its
+  `/health`, no `/controls`), which is how the tests stand in for a service that predates version 2.
 """
 import hmac
 import json
@@ -42,10 +46,14 @@ from ctrlsim.recommenders.base import Recommender, Slate, UserState
 from ctrlsim.recommenders.http.accounts import AccountState, AccountTable
 from ctrlsim.recommenders.http.contract import (
     CONTRACT_VERSION,
+    CONTRACT_VERSIONS,
     ENDPOINTS,
+    REQUESTS,
+    SINCE,
     AccountRecommendRequest,
     AccountsRequest,
     AccountsResponse,
+    ControlsResponse,
     DeleteAccountsRequest,
     DeleteAccountsResponse,
     FeedbackRequest,
@@ -55,6 +63,7 @@ from ctrlsim.recommenders.http.contract import (
     RankedList,
     RecommendRequest,
     RecommendResponse,
+    State,
 )
 from ctrlsim.recommenders.http.guard import Guard, Refused, ServeLimits, check_lengths
 
@@ -89,14 +98,52 @@ def _identity(recommender: Recommender) -> dict:
     return json.loads(json.dumps(recommender.identity, default=str))
 
 
+def controls_answer(recommender: Recommender) -> ControlsResponse:
+    """What `GET /controls` answers for a box: its declared controls and its negative-feedback statement.
+    A box whose declaration does not fit the contract is a `ConfigError` (before the port is bound)."""
+    from pydantic import ValidationError
+
+    try:
+        declared = json.loads(json.dumps(recommender.controls.to_dict(), default=str))
+        return ControlsResponse(**declared, negative_feedback=str(recommender.negative_feedback),
+                                reads_negative_feedback=bool(recommender.reads_negative_feedback))
+    except (ValidationError, TypeError) as exc:
+        raise ConfigError(f"the box's declared controls do not fit the HTTP contract: {exc}") from None
+
+
+def _user_state(s: State) -> UserState:
+    return UserState(history=tuple(s.history), profile=s.profile, attributes=dict(s.attributes),
+                     shown=tuple(s.shown), not_interested=tuple(s.not_interested),
+                     disliked=tuple(s.disliked), blocked_tags=tuple(s.blocked_tags),
+                     settings=dict(s.settings))
+
+
+def _as_newest(request, kind: str):
+    """A request of any version as the newest version's model (versions add optional fields only)."""
+    model = REQUESTS[CONTRACT_VERSION][kind]
+    return request if isinstance(request, model) else model.model_validate(request.model_dump())
+
+
+def _accepts(model):
+    """Mark a route's body as `model`, this contract version's request model (FastAPI reads the body's
+    model from the annotation); the route itself reads every version as the newest."""
+    def mark(route):
+        route.__annotations__ = {**route.__annotations__, "request": model}
+        return route
+    return mark
+
+
 def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = None,
-             limits: ServeLimits | None = None, allowed_hosts: Sequence[str] | None = None):
+             limits: ServeLimits | None = None, allowed_hosts: Sequence[str] | None = None,
+             contract: str = CONTRACT_VERSION):
     """A FastAPI app serving `recommender` (over `dataset`'s catalogue) by the HTTP contract.
 
     token: when set, every contract endpoint except `/health` needs `Authorization: Bearer <token>`.
     limits: the bounds on bodies, lists and accounts (`ServeLimits()`'s defaults when None).
     allowed_hosts: the `Host` header values answered (`guard.allowed_hosts_for`); None answers any,
     which suits an in-process client only: `ctrlsim serve` always passes them.
+    contract: the newest contract version served ("1" serves exactly version 1: no negative feedback,
+    settings or `/controls`).
     Raises `MissingDependencyError` without FastAPI.
     """
     fastapi = _fastapi()
@@ -106,6 +153,10 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
 
     if token is not None and not (isinstance(token, str) and token):
         raise ConfigError("token must be None (no authentication) or a non-empty string")
+    if contract not in CONTRACT_VERSIONS:
+        raise ConfigError(f"contract must be one of {list(CONTRACT_VERSIONS)}, got {contract!r}")
+    requests = REQUESTS[contract]
+    declared = controls_answer(recommender) if int(contract) >= int(SINCE["controls"]) else None
     own = getattr(recommender, "dataset", dataset)
     if own is not dataset and list(own.item_ids) != list(dataset.item_ids):
         raise ConfigError(f"the box ranks dataset {own.name!r}'s catalogue, not {dataset.name!r}'s")
@@ -119,7 +170,7 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
 
     app = fastapi.FastAPI(
         title=f"ctrlsim recommender: {identity.get('recommender', type(recommender).__name__)}",
-        version=CONTRACT_VERSION,
+        version=contract,
         description="A ctrlsim black box served over the ctrlsim HTTP contract "
                     "(docs/http-recommenders.md): stateless and stateful modes.")
     # Host, token and body size are checked from the headers, before FastAPI reads the body.
@@ -215,26 +266,37 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
     @app.get(ENDPOINTS["health"], operation_id="health", response_model=Health, tags=["service"],
              summary="liveness, the box's identity, the modes and the catalogue size")
     def health() -> Health:
-        return Health(status="ok", modes=["stateless", "stateful"], box=identity, items=n_items)
+        return Health(status="ok", contract=contract, modes=["stateless", "stateful"], box=identity,
+                      items=n_items)
+
+    if declared is not None:
+        @app.get(ENDPOINTS["controls"], operation_id="controls", response_model=ControlsResponse,
+                 responses={k: v for k, v in errors.items() if k in (401, 500)},
+                 dependencies=dependencies, tags=["service"],
+                 summary="the box's declared controls and what it does with negative feedback (version 2)")
+        def controls() -> ControlsResponse:
+            return declared
+
 
     @app.post(ENDPOINTS["recommend"], operation_id="recommend",
               response_model=RecommendResponse, responses=errors,
               dependencies=dependencies, tags=["stateless"],
               summary="top-k for each user state of the batch (stateless)")
+    @_accepts(requests["recommend"])
     def recommend(request: RecommendRequest) -> RecommendResponse:
+        request = _as_newest(request, "recommend")
         check_lengths(request, limits)
         check_k(request.k)
         states, pools = [], []
         for n, s in enumerate(request.states):
-            _check_known(index, s.history, f"states[{n}].history")
-            _check_known(index, s.shown, f"states[{n}].shown")
+            for field in ("history", "shown", "not_interested", "disliked"):
+                _check_known(index, getattr(s, field), f"states[{n}].{field}")
             if s.candidates is not None:
                 if not s.candidates:
                     raise Refused(422, f"states[{n}].candidates is empty "
                                         "(omit it to rank the whole catalogue)")
                 _check_known(index, s.candidates, f"states[{n}].candidates")
-            states.append(UserState(history=tuple(s.history), profile=s.profile,
-                                    attributes=dict(s.attributes), shown=tuple(s.shown)))
+            states.append(_user_state(s))
             pools.append(None if s.candidates is None else list(s.candidates))
         slates = rank(states, pools, request.k, request.exclude_history, request.mask_shown)
         return RecommendResponse(lists=[ranked(s) for s in slates])
@@ -243,39 +305,46 @@ def make_app(recommender: Recommender, *, dataset: Dataset, token: str | None = 
               response_model=AccountsResponse, responses=errors,
               dependencies=dependencies, tags=["stateful"],
               summary="create accounts, or reset existing ones to a fresh state")
+    @_accepts(requests["accounts"])
     def create_accounts(request: AccountsRequest) -> AccountsResponse:
+        request = _as_newest(request, "accounts")
         check_lengths(request, limits)
-        accounts.check_room(len(request.accounts), sum(len(a.history) for a in request.accounts))
+        entries = sum(len(a.history) + len(a.not_interested) + len(a.disliked) + len(a.blocked_tags)
+                      for a in request.accounts)
+        accounts.check_room(len(request.accounts), entries)
         seen: set[str] = set()
         for n, a in enumerate(request.accounts):
             if a.account in seen:
                 raise Refused(422, f"account {a.account!r} appears twice (accounts[{n}])")
             seen.add(a.account)
-            _check_known(index, a.history, f"accounts[{n}].history")
+            for field in ("history", "not_interested", "disliked"):
+                _check_known(index, getattr(a, field), f"accounts[{n}].{field}")
         with accounts.lock:  # all checked first: a refused request changes nothing
             for a in request.accounts:
                 accounts.reset(a.account, AccountState(
                     history=[canonical[i] for i in a.history], profile=a.profile,
                     attributes=dict(a.attributes), exclude_history=a.exclude_history,
-                    mask_shown=a.mask_shown))
+                    mask_shown=a.mask_shown, not_interested=[canonical[i] for i in a.not_interested],
+                    disliked=[canonical[i] for i in a.disliked], blocked_tags=list(a.blocked_tags),
+                    settings=dict(a.settings)))
         return AccountsResponse(accounts=[a.account for a in request.accounts])
 
     @app.post(ENDPOINTS["feedback"], operation_id="feedback",
               response_model=FeedbackResponse, responses=errors,
               dependencies=dependencies, tags=["stateful"],
-              summary="like and shown events (a like of an item already liked changes nothing)")
+              summary="like, shown and negative events (a like of an item already liked changes nothing)")
+    @_accepts(requests["feedback"])
     def feedback(request: FeedbackRequest) -> FeedbackResponse:
+        request = _as_newest(request, "feedback")
         check_lengths(request, limits)
         for n, e in enumerate(request.events):
-            _check_known(index, [e.item], f"events[{n}].item")
+            if e.item is not None:
+                _check_known(index, [e.item], f"events[{n}].item")
         with accounts.lock:
             targets = [accounts.get(e.account, f"events[{n}].account") for n, e in enumerate(request.events)]
             with accounts.changing(targets):
                 for state, e in zip(targets, request.events):
-                    if e.type == "like":
-                        state.like(canonical[e.item])
-                    else:
-                        state.show([canonical[e.item]])
+                    state.record(e.type, canonical[e.item] if e.item is not None else str(e.tag))
         return FeedbackResponse(accepted=len(request.events))
 
     @app.post(ENDPOINTS["account_recommend"], operation_id="account_recommend",

@@ -1,6 +1,9 @@
 """`ctrlsim serve BOX` in a child process, for rehearsals, tests and benchmarks: `with ServedBox("dial:1")
 as served: make_recommender(served.url, dataset)`. It picks a free port on 127.0.0.1, waits until
-`/health` answers, and stops the server with SIGINT (as Ctrl-C would) when the block ends."""
+`/health` answers, and stops the server with SIGINT (as Ctrl-C would) when the block ends.
+
+`ServedApp(app)` serves an app built in this process (`serve.make_app`: a box of your own, or
+`contract="1"` for a service that predates version 2) on a free port of 127.0.0.1, in a thread."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from ctrlsim.errors import BackendUnavailableError
@@ -82,6 +86,40 @@ class ServedBox:
         return self.process.returncode
 
     def __enter__(self) -> "ServedBox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class ServedApp:
+    """An app of `serve.make_app` served by uvicorn in a thread of this process, on a free port of
+    127.0.0.1, until `stop()` or the end of the `with` block (see the module docstring)."""
+
+    def __init__(self, app, timeout: float = 60.0):
+        import uvicorn
+
+        from ctrlsim.recommenders.http.serve import listen, url_of
+
+        self.sock = listen("127.0.0.1", 0)
+        self.url = url_of(self.sock, "127.0.0.1")
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise BackendUnavailableError(f"the app at {self.url} did not start in {timeout:g} s")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+        self.sock.close()
+
+    def __enter__(self) -> "ServedApp":
         return self
 
     def __exit__(self, *exc) -> None:
