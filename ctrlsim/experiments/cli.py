@@ -125,7 +125,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not options:
             raise
         raise ConfigError(f"box {args.box!r} does not take the options {sorted(options)}: {exc}") from None
-    app = make_app(box, dataset=dataset, token=token, limits=limits, allowed_hosts=hosts)
+    app = make_app(box, dataset=dataset, token=token, limits=limits, allowed_hosts=hosts,
+                   contract=args.contract_version)
     sock = listen(args.host, args.port)
     try:
         auth = f"bearer token from ${args.token_env} required" if token else "no token"
@@ -179,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-account-items", type=int, default=limits['max_account_items'], metavar="N",
                        help=f"history and shown entries all accounts hold; the least recently used are "
                             f"evicted (default {limits['max_account_items']:,})")
+    serve.add_argument("--contract-version", default="2", choices=("1", "2"),
+                       help="the HTTP contract served: 2 (default; negative feedback, settings, GET "
+                            "/controls) or 1 (as servers before version 2: to rehearse a version-1 service)")
     serve.set_defaults(func=cmd_serve)
     for name in RUNNER_MODULES:
         sub.add_parser(name, help=f"{name} tables (see `ctrlsim {name} --help`)", add_help=False)

@@ -295,3 +295,12 @@ def test_a_v2_recording_replays_offline_and_an_old_log_replays_as_v1(ml100k, emb
         assert any(s.has_negative_feedback for s in states) or states is recorded[0][0]
         same_slates(replayed.recommend(states, 10), slates)
     assert replayed.negative_feedback == IGNORED_BY_V1
+
+
+def test_ctrlsim_serve_offers_every_contract_version_and_serves_the_newest_by_default():
+    from ctrlsim.experiments.cli import build_parser
+    from ctrlsim.recommenders.http.contract import CONTRACT_VERSIONS
+
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # noqa: SLF001
+    flag = next(a for a in serve._actions if a.dest == "contract_version")  # noqa: SLF001
+    assert tuple(flag.choices) == CONTRACT_VERSIONS and flag.default == CONTRACT_VERSION
