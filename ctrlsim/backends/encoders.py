@@ -13,7 +13,8 @@ Constructing an encoder imports no model library: that the runtime is installed 
 with `importlib.util.find_spec`, and sentence-transformers / transformers / torch are imported
 on the first text neither cache has, so a run whose embeddings are all cached never loads them.
 
-Spec: a bundled/alias name (minilm, bge, twhin-bert, mxbai), `st:<id|path>`,
+Spec: a bundled name (minilm, the default; mpnet, assembled once from its split packages)
+or an alias (bge, twhin-bert, mxbai), `st:<id|path>`,
 `hf:<id|path>[#mean|#pooler|#cls]`, or a bare path / hub id.
 """
 from __future__ import annotations

@@ -141,7 +141,13 @@ def check_model_fields(runner: Runner, config: Any, resources: Mapping[str, Any]
                 try:
                     resolve_encoder_spec(spec)
                 except CtrlsimError as exc:
-                    raise type(exc)(f"{name}: {exc}") from None
+                    # the field's name first; errors whose constructor takes more than a message
+                    # (MissingDependencyError) keep their own text
+                    try:
+                        renamed = type(exc)(f"{name}: {exc}")
+                    except TypeError:
+                        raise exc from None
+                    raise renamed from None
 
 
 def drive(runner: Runner, config: Any, options: RunOptions | None = None, *, show_progress: bool = True,
