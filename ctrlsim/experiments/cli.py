@@ -125,12 +125,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not options:
             raise
         raise ConfigError(f"box {args.box!r} does not take the options {sorted(options)}: {exc}") from None
-    app = make_app(box, dataset=dataset, token=token, limits=limits, allowed_hosts=hosts,
-                   contract=args.contract_version)
+    if args.contract == "prc":  # the Prosocial Ranking Challenge's POST /rank (docs/prc.md)
+        from ctrlsim.recommenders.http.prc.serve import make_prc_app
+
+        app = make_prc_app(box, dataset=dataset, token=token, limits=limits, allowed_hosts=hosts)
+    else:
+        app = make_app(box, dataset=dataset, token=token, limits=limits, allowed_hosts=hosts,
+                       contract=args.contract_version)
     sock = listen(args.host, args.port)
     try:
         auth = f"bearer token from ${args.token_env} required" if token else "no token"
-        print(f"ctrlsim serve: {args.box} on {dataset.name} at {url_of(sock, args.host)} "
+        where = url_of(sock, args.host) + ("/rank (PRC ranker)" if args.contract == "prc" else "")
+        print(f"ctrlsim serve: {args.box} on {dataset.name} at {where} "
               f"({auth}; OpenAPI document at /openapi.json; Ctrl-C stops)", flush=True)
         run_server(app, sock)
     except KeyboardInterrupt:  # Ctrl-C: uvicorn shut down gracefully, then re-raised SIGINT
@@ -138,6 +144,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         sock.close()
     return 0
+
+
+def cmd_check_box(args: argparse.Namespace) -> int:
+    """Conformance of a box behind HTTP (ctrlsim's contract or the PRC's): exit 0 only when every check
+    passes, 1 when one fails (the table names it and the request), 2 for a bad value."""
+    from ctrlsim.data import load_dataset
+    from ctrlsim.recommenders.http.conformance import check_box
+
+    report = check_box(args.spec, load_dataset(args.dataset), k=args.k, latency_requests=args.requests,
+                       examples=args.examples, objective_ms=args.latency_objective_ms,
+                       token_env=args.token_env, timeout=args.timeout)
+    print(report.table())
+    print(f"\n{args.spec}: " + ("every check passed" if report.ok else "FAILED"))
+    return 0 if report.ok else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,7 +203,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--contract-version", default="2", choices=("1", "2"),
                        help="the HTTP contract served: 2 (default; negative feedback, settings, GET "
                             "/controls) or 1 (as servers before version 2: to rehearse a version-1 service)")
+    serve.add_argument("--contract", default="ctrlsim", choices=("ctrlsim", "prc"),
+                       help="the schema served: ctrlsim's contract (default) or the Prosocial Ranking "
+                            "Challenge's POST /rank (docs/prc.md)")
     serve.set_defaults(func=cmd_serve)
+    check = sub.add_parser("check-box", help="conformance of a box behind HTTP: schema, ids, k, determinism, "
+                                             "latency (docs/prc.md)")
+    check.add_argument("spec", help="http(s)://host:port (ctrlsim's contract) or prc+http(s)://host:port/rank")
+    check.add_argument("--dataset", default="ml-100k", help="the catalogue the box serves (default ml-100k)")
+    check.add_argument("--k", type=int, default=10, help="k of the representative requests (default 10)")
+    check.add_argument("--requests", type=int, default=50, metavar="N",
+                       help="requests timed for the latency percentiles (default 50)")
+    check.add_argument("--examples", type=int, default=10, metavar="N",
+                       help="generated requests per endpoint of the service's OpenAPI document "
+                            "(default 10; 0 skips)")
+    check.add_argument("--latency-objective-ms", type=float, default=500.0, metavar="MS",
+                       help="the p95 latency objective in milliseconds (default 500, the PRC's)")
+    check.add_argument("--token-env", default="CTRLSIM_RECOMMENDER_TOKEN", metavar="NAME",
+                       help="environment variable holding the service's bearer token")
+    check.add_argument("--timeout", type=float, default=30.0, help="seconds for one request (default 30)")
+    check.set_defaults(func=cmd_check_box)
     for name in RUNNER_MODULES:
         sub.add_parser(name, help=f"{name} tables (see `ctrlsim {name} --help`)", add_help=False)
     sub.add_parser("report", help="rebuild tables and figures from run folders (see `ctrlsim report --help`)",

@@ -49,7 +49,8 @@ def register_recommender(name: str, factory: Callable[..., Recommender], *, repl
     RECOMMENDERS[name] = factory
 
 
-SPEC_FORMS = "'recbole:<Model>', 'dial:<lambda>', 'dial-profile:<lambda>' or an http(s):// service URL"
+SPEC_FORMS = ("'recbole:<Model>', 'dial:<lambda>', 'dial-profile:<lambda>', an http(s):// service URL or a "
+              "prc+http(s):// PRC ranker URL")
 
 
 def check_recommender_name(name: str) -> None:
@@ -59,7 +60,11 @@ def check_recommender_name(name: str) -> None:
 
     if not isinstance(name, str):
         raise ConfigError(f"a recommender name is a string, got {name!r}")
-    if is_http(name):
+    if name.startswith(("prc+http://", "prc+https://")):
+        from ctrlsim.recommenders.http.prc.box import check_prc_spec
+
+        check_prc_spec(name)
+    elif is_http(name):
         from ctrlsim.recommenders.http.options import checked_options
 
         checked_options(parse_http_spec(name)[1])
@@ -103,11 +108,16 @@ def make_recommender(name: str, dataset: Dataset, **options) -> Recommender:
     Other RecBole sequential models: "recbole:<ModelName>" (e.g. recbole:GRU4Rec). Dial boxes of
     known controllability: "dial:<lambda>[:key=value...]" and "dial-profile:<lambda>[...]"
     (`ctrlsim.recommenders.dial`). A service behind an API: "http(s)://host:port/path[#options]"
-    (`ctrlsim.recommenders.http.client`).
+    (`ctrlsim.recommenders.http.client`). A Prosocial Ranking Challenge ranker:
+    "prc+http(s)://host:port/rank[#options]" (`ctrlsim.recommenders.http.prc`).
     """
     from ctrlsim.recommenders.dial import is_dial
     from ctrlsim.recommenders.http.options import is_http
 
+    if name.startswith(("prc+http://", "prc+https://")):  # a PRC ranker (ctrlsim.recommenders.http.prc)
+        from ctrlsim.recommenders.http.prc.box import PrcRecommender
+
+        return PrcRecommender(dataset, url=name, **options)
     if is_http(name):  # a service behind an API (ctrlsim.recommenders.http.client)
         from ctrlsim.recommenders.http.client import HttpRecommender
 
