@@ -87,9 +87,14 @@ def play_population(env, population: Population, *, seed: int, target: Sequence[
     `intervene(round_no, actions, infos)`, where given, sees every round's actions before the env
     does and returns the actions played (a counterfactual arm adds its negative feedback there);
     a round's negative feedback, when any was given, is kept in its trace entry ("feedback").
+    LLM probes are offered the buttons (`settings.negative_feedback`) only where `env` takes them:
+    on an env made without `negative_feedback=True` (the evolution loop's interaction) they play
+    like-only.
     """
     meter = meter if meter is not None else TokenMeter()
     settings = settings if settings is not None else DecisionSettings()
+    if settings.negative_feedback and not env.engine.negative_feedback:
+        settings = replace(settings, negative_feedback=False)
     specs = [p.to_probe_spec() for p in population.personas]
     obs, infos = env.reset(seed=seed, options={"roster": specs})
     agents = list(env.agents)

@@ -81,6 +81,27 @@ DECISION_SYSTEM_NO_SEARCH = (
     + 'Reply with one JSON object and nothing else, for example {{"like": [2]}}. "like" lists the numbers '
     "of the {domain} you like ([] to skip)."
 )
+# Negative feedback (issue 48, `DecisionSettings.negative_feedback`, json head only): "not interested"
+# on shown items, the explicit control real recommender sites offer most. Offered only where the env
+# takes it; the like-only texts above are unchanged without it. "dislike" and "block" are not offered:
+# every box here reads a dislike as it reads "not interested", and small probe models pressed block
+# on a tag of the very items they liked in the same reply (docs/responsiveness.md).
+_DECISION_BUTTONS = (
+    ";\n- mark shown {domain} you do not want as not interested (give their numbers), so the website "
+    "shows fewer like them"
+)
+_BUTTONS_REPLY = '"not_interested" lists the numbers of the {domain} you do not want ([] for none).'
+DECISION_SYSTEM_BUTTONS = (
+    _DECISION_ROLE + _DECISION_SEARCH_TOOL + _DECISION_BUTTONS + _DECISION_RULES
+    + 'Reply with one JSON object and nothing else, for example {{"like": [2], "not_interested": [3], '
+    '"search": ""}}. "like" lists the numbers of the {domain} you like ([] to skip); ' + _BUTTONS_REPLY
+    + ' "search" is a few words to search for, or "" to keep getting recommendations.'
+)
+DECISION_SYSTEM_BUTTONS_NO_SEARCH = (
+    _DECISION_ROLE + _DECISION_BUTTONS + _DECISION_RULES
+    + 'Reply with one JSON object and nothing else, for example {{"like": [2], "not_interested": [3]}}. '
+    '"like" lists the numbers of the {domain} you like ([] to skip); ' + _BUTTONS_REPLY
+)
 # The question heads (below): no search tool, no JSON; the answer is one word per question.
 DECISION_SYSTEM_QUESTIONS = _DECISION_ROLE + _DECISION_RULES + "{answer_format}"
 
@@ -142,6 +163,8 @@ MEMORY_HEADER = "Your last rounds:\n"
 MEMORY_ROUND = "- Round {round} ({source}) showed: {shown}. You liked: {liked}.{searched}\n"
 MEMORY_SEARCHED = " You then searched for \"{query}\"."
 MEMORY_NONE = "nothing"
+# A remembered round's "not interested" marks (only where the probe made any).
+MEMORY_DISMISSED = " You marked not interested: {items}."
 
 # --------------------------------------------------------------------------- naive baseline
 # Only for benchmarks/llm_probe_throughput.py: the "naive loop" each probe sends on its own. Same
@@ -156,3 +179,10 @@ def domain_nouns(dataset_name: str) -> dict[str, str]:
     """The catalogue's noun for prompts: movies for MovieLens, products for Amazon, items otherwise."""
     plural, singular = catalogue_noun(dataset_name)
     return {"domain": plural, "domain_singular": singular, "domain_title": plural.capitalize()}
+
+
+# Prompts an evolution never sends (its episodes have no phases and no buttons): the evolution's cache
+# key (`agents.evolution.methods.prompt_digest`) leaves them out, so adding them changed no
+# evolution's identity.
+NOT_IN_EVOLUTION = ("GOAL_AWAY", "QUESTION_AVOID", "_DECISION_BUTTONS", "_BUTTONS_REPLY",
+                    "DECISION_SYSTEM_BUTTONS", "DECISION_SYSTEM_BUTTONS_NO_SEARCH", "MEMORY_DISMISSED")

@@ -5,12 +5,17 @@ it; elsewhere small models wrap JSON in code fences or prose, so the finder acce
 JSON object anywhere in the text. What the object says is then checked strictly: an
 out-of-range or repeated position is not guessed at, it makes the round a skip that the
 probe counts as a parse failure (issue 9, point 8).
+
+With the negative-feedback button (`parse_decision(..., buttons=True)`, issue 48) a reply may also
+list positions "not_interested"; their errors are parse failures too. A position both liked and
+marked not interested is resolved by one rule: the like wins (the mark is dropped and reported in
+`Decision.conflicts`), so the button never costs a round's likes.
 """
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ctrlsim.envs.engine import QUERY_CHARSET
 
@@ -19,6 +24,7 @@ from ctrlsim.errors import LLMOutputError
 MAX_QUERY_CHARS = 64
 LIKE_KEYS = ("like", "likes", "liked")
 QUERY_KEYS = ("search", "query")
+NOT_INTERESTED_KEYS = ("not_interested", "not interested", "not-interested")
 _ALLOWED = set(QUERY_CHARSET)
 _DECODER = json.JSONDecoder()
 
@@ -44,10 +50,14 @@ def extract_json_object(text: str) -> dict | None:
 
 @dataclass(frozen=True)
 class Decision:
-    """A parsed decision: liked slate positions (0-based, ascending) and a search query ("" = none)."""
+    """A parsed decision: liked slate positions (0-based, ascending) and a search query ("" = none);
+    with the button, the positions marked not interested (0-based, ascending, none liked) and the
+    positions both liked and marked, whose mark was dropped."""
 
     likes: tuple[int, ...]
     query: str = ""
+    not_interested: tuple[int, ...] = ()
+    conflicts: tuple[int, ...] = ()
 
 
 def _lookup(obj: dict, names: tuple[str, ...]):
@@ -76,39 +86,57 @@ def clean_query(query: str) -> str:
     return " ".join(kept.split())[:MAX_QUERY_CHARS].strip()
 
 
-def parse_decision(text: str, n_shown: int) -> Decision:
+def _positions(obj: dict, names: tuple[str, ...], n_shown: int, text: str) -> list[int]:
+    """The 0-based positions listed under `names` ([] when absent or null)."""
+    _, values = _lookup(obj, names)
+    if values is None:
+        values = []
+    elif not isinstance(values, list):
+        values = [values]
+    positions = [_position(v, n_shown, text) for v in values]
+    if len(set(positions)) != len(positions):
+        raise LLMOutputError(f"repeated positions {[p + 1 for p in positions]}", text)
+    return positions
+
+
+def parse_decision(text: str, n_shown: int, *, buttons: bool = False) -> Decision:
     """Parse a reply such as `{"like": [1, 3], "search": ""}` against a slate of `n_shown` items.
 
     Raises `LLMOutputError` for: no JSON object, no "like" key, positions that are not whole
     numbers, out of 1..n_shown, or repeated, and a search value that is not a string.
+
+    `buttons` reads the "not_interested" positions too, checked as the likes are (absent = none).
+    A position both liked and marked not interested stays liked (`Decision.conflicts` names it).
+    Without `buttons` the key is ignored, as any other unknown key.
     """
     obj = extract_json_object(text)
     if obj is None:
         raise LLMOutputError("no JSON object in the reply", text)
-    found, likes = _lookup(obj, LIKE_KEYS)
+    found, _ = _lookup(obj, LIKE_KEYS)
     if not found:
         raise LLMOutputError('the JSON object has no "like" key', text)
-    if likes is None:
-        likes = []
-    elif not isinstance(likes, list):
-        likes = [likes]
-    positions = [_position(v, n_shown, text) for v in likes]
-    if len(set(positions)) != len(positions):
-        raise LLMOutputError(f"repeated positions {[p + 1 for p in positions]}", text)
+    positions = _positions(obj, LIKE_KEYS, n_shown, text)
     _, query = _lookup(obj, QUERY_KEYS)
     if query is None:
         query = ""
     if not isinstance(query, str):
         raise LLMOutputError(f"search {query!r} is not a string", text)
-    return Decision(tuple(sorted(positions)), clean_query(query))
+    decision = Decision(tuple(sorted(positions)), clean_query(query))
+    if not buttons:
+        return decision
+    marked = _positions(obj, NOT_INTERESTED_KEYS, n_shown, text)
+    return replace(decision, not_interested=tuple(sorted(set(marked) - set(positions))),
+                   conflicts=tuple(sorted(set(marked) & set(positions))))
 
 
-def decision_schema(n_shown: int, *, search: bool = True) -> dict:
-    """The JSON schema for constrained decoding: liked positions among 1..n_shown and (with
-    `search`) a query."""
-    properties: dict = {"like": {"type": "array", "items": {"type": "integer",
-                                                             "enum": list(range(1, n_shown + 1))},
-                                 "maxItems": n_shown}}
+def decision_schema(n_shown: int, *, search: bool = True, buttons: bool = False) -> dict:
+    """The JSON schema for constrained decoding: liked positions among 1..n_shown, (with `buttons`)
+    positions marked not interested, and (with `search`) a query."""
+    positions = {"type": "array", "items": {"type": "integer", "enum": list(range(1, n_shown + 1))},
+                 "maxItems": n_shown}
+    properties: dict = {"like": positions}
+    if buttons:
+        properties["not_interested"] = dict(positions)
     if search:
         properties["search"] = {"type": "string", "maxLength": MAX_QUERY_CHARS}
     return {"type": "object", "properties": properties, "required": list(properties),

@@ -6,7 +6,10 @@ numeric spaces. `rl_env(...)` stacks the three wrappers below; each can also be 
 
 - `LikesActions`: the action is `MultiBinary(slate_size)` (1 = like that position), or, with a
   search menu, `MultiDiscrete([2] * slate_size + [1 + len(menu)])` whose last entry picks a query
-  from a fixed list (0 = no search). A menu needs an env made with `allow_search=True`.
+  from a fixed list (0 = no search). A menu needs an env made with `allow_search=True`. With
+  `not_interested=True` each position chooses among three (`MultiDiscrete([3] * slate_size)`, then
+  the menu entry): 0 skip, 1 like, 2 not interested, mapped to the env's `likes` and `feedback`;
+  it needs an env made with `negative_feedback=True`.
 - `ItemFeatures`: the observation becomes one `float32` vector computed by `SlateFeatures`: per
   slate position whether it holds an item, its tags (multi-hot over the catalogue's tags), its
   popularity (log-scaled to [0, 1]) and optionally its text embedding from an encoder; then
@@ -30,9 +33,13 @@ from gymnasium import spaces
 
 from ctrlsim.errors import ConfigError, InvalidAction
 
+from .feedback import NOT_INTERESTED
+
 if TYPE_CHECKING:
     from ctrlsim.backends import Encoder
 
+# A position's choice under `LikesActions(..., not_interested=True)`.
+CHOICE_SKIP, CHOICE_LIKE, CHOICE_NOT_INTERESTED = 0, 1, 2
 FEATURE_SET_VERSION = 1  # bump when `SlateFeatures.encode` changes: saved policies record it
 GLOBAL_FEATURES = ("from_search", "budget_used")
 
@@ -189,24 +196,47 @@ def _exact_int(value: Any, where: str) -> int:
     raise InvalidAction(f"{where} must be a whole number, got {value!r}")
 
 
-def likes_action_space(slate_size: int, search_menu: Sequence[str] = ()) -> spaces.Space:
+def likes_action_space(slate_size: int, search_menu: Sequence[str] = (), not_interested: bool = False
+                       ) -> spaces.Space:
     """`LikesActions`' action space (a saved policy's network is rebuilt on it)."""
+    if not_interested:
+        return spaces.MultiDiscrete([3] * slate_size + ([1 + len(search_menu)] if search_menu else []))
     if search_menu:
         return spaces.MultiDiscrete([2] * slate_size + [1 + len(search_menu)])
     return spaces.MultiBinary(slate_size)
 
 
-class LikesActions(gym.ActionWrapper):
-    """Likes-only actions, with an optional discrete search menu (see the module docstring)."""
+def choice_action(choices: Sequence[int]) -> dict[str, np.ndarray]:
+    """The env's `likes` and `feedback` of per-position choices (0 skip, 1 like, 2 not interested);
+    any other choice is an `InvalidAction`."""
+    allowed = (CHOICE_SKIP, CHOICE_LIKE, CHOICE_NOT_INTERESTED)
+    bad = [(n, c) for n, c in enumerate(choices) if c not in allowed]
+    if bad:
+        raise InvalidAction(f"a position's choice must be 0 (skip), 1 (like) or 2 (not interested); "
+                            f"position {bad[0][0]} is {bad[0][1]!r}")
+    codes = np.asarray(choices, dtype=np.int64)
+    return {"likes": (codes == CHOICE_LIKE).astype(np.int64),
+            "feedback": np.where(codes == CHOICE_NOT_INTERESTED, NOT_INTERESTED, 0).astype(np.int64)}
 
-    def __init__(self, env: gym.Env, search_menu: str | Sequence[str] | None = None):
+
+class LikesActions(gym.ActionWrapper):
+    """Likes-only actions, with an optional discrete search menu and, with `not_interested`, a
+    per-position choice among skip, like and not interested (see the module docstring)."""
+
+    def __init__(self, env: gym.Env, search_menu: str | Sequence[str] | None = None, *,
+                 not_interested: bool = False):
         super().__init__(env)
         engine = env.unwrapped.engine  # type: ignore[attr-defined]
         self.slate_size = int(engine.slate_size)
         self.search_menu = search_menu_for(engine.dataset, search_menu)
         if self.search_menu and not engine.allow_search:
             raise ConfigError("a search menu needs an env made with allow_search=True")
-        self.action_space = likes_action_space(self.slate_size, self.search_menu)
+        if not isinstance(not_interested, (bool, np.bool_)):
+            raise ConfigError(f"not_interested must be True or False, got {not_interested!r}")
+        self.not_interested = bool(not_interested)
+        if self.not_interested and not engine.negative_feedback:
+            raise ConfigError("not_interested needs an env made with negative_feedback=True")
+        self.action_space = likes_action_space(self.slate_size, self.search_menu, self.not_interested)
 
     def action(self, action: Any) -> dict[str, Any]:
         values = (
@@ -215,7 +245,8 @@ class LikesActions(gym.ActionWrapper):
         expected = self.slate_size + (1 if self.search_menu else 0)
         if len(values) != expected:
             raise InvalidAction(f"the action must have {expected} entries, got {len(values)}: {action!r}")
-        likes = [_exact_int(v, f"like at position {n}") for n, v in enumerate(values[: self.slate_size])]
+        what = "the choice at position" if self.not_interested else "like at position"
+        entries = [_exact_int(v, f"{what} {n}") for n, v in enumerate(values[: self.slate_size])]
         query = ""
         if self.search_menu:
             pick = _exact_int(values[-1], "the search-menu entry")
@@ -224,7 +255,9 @@ class LikesActions(gym.ActionWrapper):
                     f"the search-menu entry must be in [0, {len(self.search_menu)}], got {pick}"
                 )
             query = self.search_menu[pick - 1] if pick else ""
-        return {"likes": np.asarray(likes, dtype=np.int64), "query": query}
+        if not self.not_interested:
+            return {"likes": np.asarray(entries, dtype=np.int64), "query": query}
+        return {**choice_action(entries), "query": query}
 
 
 # ----------------------------------------------------------------------------- observations
@@ -305,6 +338,7 @@ def rl_env(
     env: gym.Env | str = "ctrlsim/TargetDiscovery-v0",
     *,
     search_menu: str | Sequence[str] | None = None,
+    not_interested: bool = False,
     tags: bool = True,
     popularity: bool = True,
     embedding: "str | Encoder | None" = None,
@@ -312,16 +346,23 @@ def rl_env(
     **make_kwargs: Any,
 ) -> gym.Env:
     """A probe env ready for RL libraries: `LikesActions`, `ItemFeatures` and `NumericInfo` around
-    `env` (a made env, or an env id made here with `make_kwargs`; search is on only with a menu).
+    `env` (a made env, or an env id made here with `make_kwargs`; search is on only with a menu, and
+    negative feedback only with `not_interested`, the per-position choice among skip, like and not
+    interested).
 
     `rl_env("ctrlsim/TargetDiscovery-v0", recommender="dial:1", target="War")` trains as it is with
     `stable_baselines3.PPO("MlpPolicy", env)`."""
     if isinstance(env, str):
         make_kwargs.setdefault("allow_search", bool(search_menu))
+        if not_interested:
+            make_kwargs.setdefault("negative_feedback", True)
         env = gym.make(env, **make_kwargs)
     elif make_kwargs:
         raise ConfigError(f"rl_env: {sorted(make_kwargs)} only apply when the env is given by id")
     wrapped: gym.Env = ItemFeatures(
-        LikesActions(env, search_menu), tags=tags, popularity=popularity, embedding=embedding
+        LikesActions(env, search_menu, not_interested=not_interested),
+        tags=tags,
+        popularity=popularity,
+        embedding=embedding,
     )
     return NumericInfo(wrapped) if numeric_info else wrapped

@@ -40,6 +40,15 @@ from .cluster_unit import usage_delta as _usage_delta
 from .phases import EvolutionPhases
 from .settings import FUSIONS, EvolutionSettings
 
+
+def decision_identity(settings) -> dict:
+    """The decision settings as an evolution's identity holds them: `negative_feedback` only when on
+    (an evolution plays like-only; identities from before the option stay as they were)."""
+    data = asdict(settings)
+    if not data.get("negative_feedback"):
+        data.pop("negative_feedback", None)
+    return data
+
 DEFAULT_SETTINGS = EvolutionSettings()  # frozen: one shared default is safe
 
 __all__ = [
@@ -115,7 +124,8 @@ class EvolutionLoop(EvolutionPhases):
         self.target_items = set(getattr(task, "target", set()) or set())
         self.nouns = domain_nouns(dataset.name)
         self.folder.bind({
-            "settings": asdict(settings), "decisions": asdict(self.decision_settings), "seed": seed,
+            "settings": asdict(settings), "decisions": decision_identity(self.decision_settings),
+            "seed": seed,
             "slate_size": slate_size, "target_tags": sorted(self.target_tags),
             "dataset": getattr(dataset, "name", None), **(identity or {})})
 

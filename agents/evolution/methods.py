@@ -31,7 +31,7 @@ from .. import prompts as probe_prompts
 from ..methods import MethodContext, MethodSpec, Population, register_method
 from . import prompts as loop_prompts
 from .artefacts import EVOLUTION_FORMAT, locked_folder
-from .loop import EvolutionLoop, EvolutionSettings
+from .loop import EvolutionLoop, EvolutionSettings, decision_identity
 
 SETTING_NAMES = {f.name for f in fields(EvolutionSettings)}
 
@@ -59,8 +59,10 @@ def prompt_texts() -> dict[str, str]:
         for module in PROMPT_MODULES
         for name, value in vars(module).items()
         if isinstance(value, str) and not (name.startswith("__") and name.endswith("__"))
+        and name not in getattr(module, "NOT_IN_EVOLUTION", ())
     }
     return dict(sorted(texts.items()))
+
 
 
 def prompt_digest() -> str:
@@ -87,7 +89,7 @@ def evolution_identity(context: MethodContext, settings: EvolutionSettings, enco
         "llm": llm.cache_identity(),
         "encoder": encoder,
         "settings": asdict(settings),
-        "decisions": asdict(context.decision_settings),
+        "decisions": decision_identity(context.decision_settings),
         "profiles": asdict(context.profile_settings),
         "prompts": prompt_digest(),
         "code": code_version(),

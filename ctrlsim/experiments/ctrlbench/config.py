@@ -139,6 +139,9 @@ class CtrlBenchConfig:
                           choices=RELEASE_MODES, omit_default=True)
     allow_search: bool = option(False, "offer probes the search tool (search likes shape histories but "
                                 "never count; paper's evaluation: off)")
+    negative_feedback: bool = option(False, "offer LLM probes (--decision json) the 'not interested' "
+                                     "button: a reply may mark slate items, which the box then sees "
+                                     "(docs/responsiveness.md)", omit_default=True)
     reference: str | None = option(None, "the method every other is compared with in the paired table "
                                    "(default: base-small when it runs, else the first method)")
     success_threshold: float = option(DEFAULT_SUCCESS, "Coverage share at the last round at or above which "
@@ -204,7 +207,11 @@ class CtrlBenchConfig:
 
         # A bad head, threshold or combination fails now, before any model loads.
         check_decision(self.decision, self.decision_threshold, allow_search=self.allow_search,
-                       conversation=self.conversation)
+                       conversation=self.conversation, negative_feedback=self.negative_feedback)
+        if self.negative_feedback and self.task == RESPONSIVENESS:
+            raise ConfigError("--negative-feedback lets probes press the buttons themselves; --task "
+                              "responsiveness presses them by script, in one arm per action, so that the "
+                              "arms differ by that press alone: use one or the other")
         if self.reference is not None and self.reference not in self.all_methods:
             raise ConfigError(f"reference {self.reference!r} is not among the methods "
                               f"{list(self.all_methods)}")
@@ -270,7 +277,7 @@ class CtrlBenchConfig:
         return DecisionSettings(memory_rounds=self.memory_rounds, target_visible=self.target_visible,
                                 temperature=self.temperature, allow_search=self.allow_search,
                                 conversation=self.conversation, decision=self.decision,
-                                threshold=self.decision_threshold)
+                                threshold=self.decision_threshold, negative_feedback=self.negative_feedback)
 
     def phase_plan(self, direction: str = TOWARD):
         """The steer-then-release plan of a persistence or suppression run, steering `direction`

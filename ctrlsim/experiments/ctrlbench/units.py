@@ -48,7 +48,8 @@ def run_episode(config: CtrlBenchConfig, unit: UnitContext, episode: Episode, *,
     spec = EpisodeSpec(method, method_label(method), box, target, seed, config.episode_rounds, slate_size,
                        config.target_visible, config.like_prob, target_tags(target), config.allow_search,
                        config.task, config.phase_plan(episode.direction or TOWARD),
-                       negative_feedback=config.task == RESPONSIVENESS, intervene=intervene)
+                       negative_feedback=config.task == RESPONSIVENESS or config.negative_feedback,
+                       intervene=intervene)
     llm = run_llm(unit, config) if population.policy == "llm" else None
     record = play_episode(spec, population, recommender, targets, llm=llm, settings=settings,
                           show_progress=bars)
