@@ -22,11 +22,13 @@ from ctrlsim.errors import ConfigError
 
 _PROBE = "ctrlsim.envs.probe_env:ProbeEnv"
 
-# id -> (env class, default kwargs)
+# id -> (env class, default kwargs). The probe envs' defaults are the protocols' evaluation setting:
+# search off unless asked (`allow_search=True`), so an RL library's random rollouts and checkers see the
+# recommender's slates, not search results for sampled query strings.
 ENV_SPECS = {
-    "ctrlsim/TargetDiscovery-v0": (_PROBE, {"task": "target-discovery"}),
-    "ctrlsim/ProfileShaping-v0": (_PROBE, {"task": "profile-shaping"}),
-    "ctrlsim/PopularityBias-v0": (_PROBE, {"task": "popularity-bias"}),
+    "ctrlsim/TargetDiscovery-v0": (_PROBE, {"task": "target-discovery", "allow_search": False}),
+    "ctrlsim/ProfileShaping-v0": (_PROBE, {"task": "profile-shaping", "allow_search": False}),
+    "ctrlsim/PopularityBias-v0": (_PROBE, {"task": "popularity-bias", "allow_search": False}),
     "ctrlsim/SteerEval-v0": ("ctrlsim.envs.steereval_env:SteerEvalEnv", {}),
     "ctrlsim/PromptShift-v0": ("ctrlsim.envs.promptshift_env:PromptShiftEnv", {}),
 }

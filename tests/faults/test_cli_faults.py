@@ -29,8 +29,8 @@ LLM_FLAG = {"steereval": "--llm", "promptshift": "--llms", "ctrlbench": "--llm",
             "calibrate": "--llm"}
 BASE = {runner: ["--preset", "smoke", *((LLM_FLAG[runner], "smollm2-135m") if runner in LLM_FLAG else ())]
         for runner in ("probe", "steereval", "promptshift", "ctrlbench", "evolve", "calibrate",
-                       "train-probe")}
-SEED_FLAG = {"ctrlbench": "--seeds", "calibrate": "--seeds"}
+                       "train-probe", "controls")}
+SEED_FLAG = {"ctrlbench": "--seeds", "calibrate": "--seeds", "controls": "--seeds"}
 HUGE = "1000000000000"  # 1e12, as a typo or an adversary would give it
 TOO_BIG_SEED = str(2**63)  # one past int64
 
@@ -135,6 +135,11 @@ VALUE_CASES = [
     ("number above its bound", "train-probe", ["--timesteps", HUGE], ["timesteps", "10000000"]),
     ("number above its bound", "train-probe", ["--budget", HUGE], ["budget", "10000"]),
     ("number above its bound", "train-probe", ["--seed", str(2**32)], ["seed", str(2**32 - 1)]),
+    ("negative or zero count", "controls", ["--users", "0"], ["users", "0"]),
+    ("negative or zero count", "controls", ["--points", "0"], ["points", "0"]),
+    ("unknown name", "controls", ["--boxes", "bogus-box"], ["bogus-box"]),
+    ("repeated list value", "controls", ["--boxes", "popularity,popularity"], ["boxes", "popularity"]),
+    ("number above its bound", "controls", ["--users", HUGE], ["users", "1000000"]),
 ]
 KINDS_EVERY_RUNNER_HAS = ("negative seed", "negative or zero count", "unknown name", "repeated list value",
                           "number above its bound")

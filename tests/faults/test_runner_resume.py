@@ -77,6 +77,9 @@ CASES = {
     "train-probe": RunnerCase("train-probe", ("--recommender", "dial:1", "--timesteps", "3000", "--n-steps",
                                               "256", "--budget", "10"), keys=1,
                               timing=("seconds", "cpu_seconds"), kill_when="training"),
+    # units: the reference box's two controls at three values and its non-profiled check (no LLM)
+    "controls": RunnerCase("controls", ("--boxes", "reference-controls", "--users", "6", "--points", "3",
+                                        "--seeds", "0"), keys=7, timing=("timing",)),
 }
 # Why these are slow (more than ~30 s each on a loaded 2-core machine, three runs each):
 # promptshift's smallest run generates 10 lists and selects thresholds on validation (~50 s a run);
