@@ -23,6 +23,8 @@ def _lazy(module: str, cls: str) -> Callable[..., Recommender]:
 
         return getattr(importlib.import_module(f"ctrlsim.recommenders.{module}"), cls)(dataset, **options)
 
+    build.target = (module, cls)  # type: ignore[attr-defined]  # what `box_options` inspects
+
     return build
 
 
@@ -70,8 +72,61 @@ def check_recommender_name(name: str) -> None:
         checked_options(parse_http_spec(name)[1])
     elif is_dial(name):
         check_dial_spec(name)
+    elif "#" in name:
+        box_options(name)
     elif not (name.startswith("recbole:") and name.split(":", 1)[1]) and name not in RECOMMENDERS:
         raise ConfigError(f"unknown recommender {name!r}; known: {sorted(RECOMMENDERS)} or {SPEC_FORMS}")
+
+
+def _value(text: str) -> object:
+    """A spec option's text as the number it spells, else as text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def box_options(spec: str) -> tuple[str, dict[str, object]]:
+    """(box name, options) of `NAME#key=value&...`, a registered box with constructor options in its
+    name (`embedding#encoder=mpnet`): the audit and every runner take it wherever a box name goes,
+    and its identity records the options. Unknown names and options are a `ConfigError`."""
+    from urllib.parse import parse_qsl
+
+    name, _, fragment = spec.partition("#")
+    if name not in RECOMMENDERS:
+        raise ConfigError(f"unknown recommender {name!r} in {spec!r}; known: {sorted(RECOMMENDERS)}")
+    pairs = parse_qsl(fragment, keep_blank_values=True)
+    if not pairs or any(not k or not v for k, v in pairs):
+        raise ConfigError(f"{spec!r}: options after '#' are key=value pairs joined by '&'")
+    options = {k: _value(v) for k, v in pairs}
+    if len(options) != len(pairs):
+        raise ConfigError(f"{spec!r}: an option is given twice")
+    accepted = _constructor_options(name)
+    unknown = sorted(set(options) - accepted) if accepted is not None else []
+    if unknown:
+        raise ConfigError(f"{spec!r}: box {name!r} takes no option(s) {unknown}; "
+                          f"options: {sorted(accepted or ())}")
+    return name, options
+
+
+def _constructor_options(name: str) -> set[str] | None:
+    """The keyword options box `name`'s constructor names (None: it takes any, or it is not a class)."""
+    import importlib
+    import inspect
+
+    target = getattr(RECOMMENDERS[name], "target", None)
+    if target is None:  # a factory registered from elsewhere: its options are its own business
+        return None
+    module, cls = target
+    names: set[str] = set()
+    for klass in getattr(importlib.import_module(f"ctrlsim.recommenders.{module}"), cls).__mro__:
+        if "__init__" in vars(klass) and klass is not object:  # each class passes **options up
+            params = inspect.signature(klass.__init__).parameters.values()
+            kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            names |= {p.name for p in params if p.kind in kinds and p.name not in ("self", "dataset")}
+    return names
 
 
 def cache_uses(name: str, *, llm: str | None = None) -> dict[str, str]:
@@ -126,5 +181,8 @@ def make_recommender(name: str, dataset: Dataset, **options) -> Recommender:
         return _sequential(name.split(":", 1)[1])(dataset, **options)
     if is_dial(name):
         return make_dial(name, dataset, **options)
+    if "#" in name:  # a registered box with options in its name (`box_options`)
+        name, named = box_options(name)
+        return RECOMMENDERS[name](dataset, **{**named, **options})
     check_recommender_name(name)
     return RECOMMENDERS[name](dataset, **options)
