@@ -17,8 +17,8 @@ the local ones: they must be identical.
 servers (several URLs are replicas of one model) with `max_concurrency` 1, 2 and 4.
 
     python benchmarks/scale_out.py --episodes 40 --cheap 400
-    python -m llama_cpp.server --model MODEL.gguf --port 8001 &   # one server per slot
-    python -m llama_cpp.server --model MODEL.gguf --port 8002 &
+    python -m ctrlsim.backends.llamacpp.server --model MODEL.gguf --port 8001 &   # one per slot
+    python -m ctrlsim.backends.llamacpp.server --model MODEL.gguf --port 8002 &
     python benchmarks/scale_out.py --episodes 0 --servers http://127.0.0.1:8001/v1,http://127.0.0.1:8002/v1
 """
 from __future__ import annotations

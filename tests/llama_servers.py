@@ -1,4 +1,6 @@
-"""Real OpenAI-compatible servers for tests: `python -m llama_cpp.server` on a loopback port.
+"""Real OpenAI-compatible servers for tests: llama-cpp-python's server on a loopback port, started
+through `python -m ctrlsim.backends.llamacpp.server` (the same server, its weights loaded as ctrlsim
+loads them, see ctrlsim/backends/llamacpp/cpu_buffers.py).
 
 Importable from every test module (pytest puts tests/ on sys.path for its conftest.py).
 """
@@ -25,7 +27,7 @@ def start_server(model: Path, log_path: Path, port: int | None = None, n_ctx: in
     """(process, log file, base URL) of a llama.cpp server for `model` on 127.0.0.1."""
     port = port or free_port()
     log = open(log_path, "wb")  # a file, not a pipe: an unread pipe fills up and blocks the server
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+    proc = subprocess.Popen([sys.executable, "-m", "ctrlsim.backends.llamacpp.server", "--model", str(model),
                              "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1",
                              "--n_threads_batch", "1", "--n_ctx", str(n_ctx)],
                             stdout=log, stderr=subprocess.STDOUT)

@@ -68,7 +68,9 @@ def test_greedy_replies_equal_with_reuse_on_and_off_for_prefixes_of_very_differe
 def test_ratings_agree_with_reuse_on_and_off_within_005(qwen05):
     profile = ("I love science fiction films: space battles, aliens, robots and the future. "
                "I find romantic comedies boring and never watch them.")
-    items = ("Star Wars (1977)", "Pretty Woman (1990)", "Alien (1979)", "Notting Hill (1999)")
+    # Pairs Qwen2.5-0.5B tells apart by about 0.1 (Alien against Notting Hill it does not, on AVX-512).
+    items = ("Star Wars (1977)", "Pretty Woman (1990)",
+             "The Terminator (1984)", "Sleepless in Seattle (1993)")
     convs = [[{"role": "system", "content": "You are a movie recommender."},
               {"role": "user", "content": f"User profile: {profile}\n\nHow much would this user enjoy "
                                           f"the movie {item}? Rate it from 0 (not at all) to 5 (very much)."}]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ctrlsim.backends.llamacpp.cpu_buffers import extra_buffers_allowed, model_loading
 from ctrlsim.backends.llamacpp.profile import DEFAULT_PROFILE, PROFILES
 from ctrlsim.backends.llm import (
     LLM,
@@ -124,11 +125,13 @@ class LlamaCppLLM(LLM):
         """The runtime settings that can change a reply (batch layout, attention kernel, cache reuse,
         context) where they differ from the `exact` profile: named only then, so the records and
         cache keys of runs made at `exact` stay as they were, and every other run says how it was
-        computed."""
+        computed. Weights loaded without llama.cpp's extra CPU buffers (`cpu_buffers`, on CPUs with
+        AMX) are named too."""
         exact = PROFILES["exact"]
         now = {"flash_attn": self.flash_attn, "kv_streams": self.kv_streams, "kv_reuse": self.kv_reuse,
                "n_parallel": self.n_parallel, "n_ctx": self.n_ctx}
-        return {k: v for k, v in now.items() if v != getattr(exact, k)}
+        differ = {k: v for k, v in now.items() if v != getattr(exact, k)}
+        return differ if extra_buffers_allowed() else {"cpu_extra_buffers": False, **differ}
 
     @property
     def identity(self) -> dict:
@@ -161,9 +164,11 @@ class LlamaCppLLM(LLM):
                               'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir '
                               "llama-cpp-python")
         try:
-            llm = llama_cpp.Llama(str(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                  n_threads_batch=self.n_threads, n_batch=self.n_batch,
-                                  n_gpu_layers=self.n_gpu_layers, flash_attn=self.flash_attn, verbose=False)
+            with model_loading(extra_buffers_allowed()):
+                llm = llama_cpp.Llama(str(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                                      n_threads_batch=self.n_threads, n_batch=self.n_batch,
+                                      n_gpu_layers=self.n_gpu_layers, flash_attn=self.flash_attn,
+                                      verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp could not load {self.model_path}: {exc}") from exc
         template = llm.metadata.get("tokenizer.chat_template")
