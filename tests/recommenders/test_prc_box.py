@@ -3,11 +3,15 @@
 - Through a real `ctrlsim serve --contract prc` process, a `prc+http://` box ranks exactly what the
   in-process box ranks over the same pools, for both pool rules and with masking; its exchanges are
   recorded and replay offline to the same slates.
+- A ctrlbench run through `prc+http://...#pool_size=<catalogue size>` (every eligible item in each
+  pool) stores the same curves as the same run on the in-process box.
 - The pool rule is deterministic, honours the exclusions, and the requests fit the PRC schema.
 - A ranker that answers duplicates or ids outside the request is a typed error naming the field.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -17,6 +21,7 @@ pytest.importorskip("uvicorn")
 from fastapi import FastAPI, Request  # noqa: E402
 
 from ctrlsim.errors import ConfigError  # noqa: E402
+from ctrlsim.experiments.cli import main  # noqa: E402
 from ctrlsim.recommenders import UserState, make_recommender  # noqa: E402
 from ctrlsim.recommenders.http.prc.adapter import choose_pool, ranking_request  # noqa: E402
 from ctrlsim.recommenders.http.prc.schema import RankingRequest  # noqa: E402
@@ -49,6 +54,22 @@ def test_prc_box_round_trips_through_ctrlsim_serve(ml100k, served_dial, fragment
     assert [s.item_ids for s in remote.recommend(STATES, 5, candidates=pool)] == [
         s.item_ids for s in local.recommend(STATES, 5, candidates=pool)
     ]
+
+
+def test_ctrlbench_through_a_prc_box_gives_the_in_process_records(ml100k, served_dial, tmp_path):
+    # A pool as large as the catalogue holds every eligible item, so the PRC ranker ranks what the
+    # in-process box ranks and the runs' records must agree curve for curve.
+    whole = f"prc+{served_dial.url}/rank#pool_size={len(ml100k.item_ids)}"
+    common = "--methods random,oracle --targets War --agents 2,2 --rounds 3 --seeds 0,1 --figures false"
+
+    def curves(box: str, name: str) -> dict:
+        out = tmp_path / name
+        assert main(["ctrlbench", "--recommenders", box, *common.split(), "--out", str(out)]) == 0
+        rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()[1:]]
+        assert len(rows) == 4
+        return {(r["record"]["method"], r["record"]["seed"]): r["record"]["curves"] for r in rows}
+
+    assert curves(whole, "prc") == curves("dial:1", "local")
 
 
 def test_prc_box_records_and_replays_its_exchanges(ml100k, tmp_path):
