@@ -141,6 +141,7 @@ def test_append_mode_grows_the_conversation_by_turns_and_restarts_after_append_r
 
 
 @pytest.mark.llm
+@pytest.mark.slow  # 80 s on 2 cores with AVX-512 kernels; keeps the default suite under 15 minutes
 def test_append_mode_evaluates_far_fewer_prompt_tokens_per_decision(ml100k, smol, personas, pop_rec):
     evaluated = {}
     before, smol.kv_reuse = smol.kv_reuse, True  # append rounds gain only with KV reuse across calls
