@@ -111,3 +111,9 @@ def run_folder_text(folder: Path) -> str:
     return "\n".join(
         p.read_bytes().decode("utf-8", "replace") for p in sorted(Path(folder).rglob("*")) if p.is_file()
     )
+
+
+def ctrlbench_curves(folder: Path) -> dict:
+    """A ctrlbench run folder's curves by (method, seed), to compare two runs record for record."""
+    rows = [json.loads(line) for line in (Path(folder) / "records.jsonl").read_text().splitlines()[1:]]
+    return {(r["record"]["method"], r["record"]["seed"]): r["record"]["curves"] for r in rows}

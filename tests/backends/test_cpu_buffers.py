@@ -13,6 +13,11 @@ from ctrlsim.backends.llamacpp.cpu_buffers import (  # noqa: E402
 )
 
 
+def build_has_amx() -> bool:
+    """Whether the installed llama.cpp reports AMX kernels (what the CPU flag stands for)."""
+    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode()
+
+
 def test_the_load_turns_extra_buffers_off_and_restores_the_default():
     bindings = llama_cpp.llama_cpp
     assert bindings.llama_model_default_params().use_extra_bufts  # llama.cpp's own default
@@ -34,13 +39,12 @@ def test_the_cpu_flag_is_read_from_cpuinfo(tmp_path):
 
 def test_on_a_native_build_the_cpu_flag_and_the_builds_kernels_agree():
     # pip compiles llama.cpp for the host: its system info lists AMX_INT8 exactly on AMX CPUs.
-    has_amx = "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode()
-    assert extra_buffers_allowed() is not has_amx
+    assert extra_buffers_allowed() is not build_has_amx()
 
 
 @pytest.mark.llm
 def test_identity_names_the_buffers_only_when_they_were_off(smol):
-    has_amx = "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode()
+    has_amx = build_has_amx()
     assert ("cpu_extra_buffers" in smol.identity) is has_amx
     assert (":cpu_extra_buffers=0" in smol.cache_identity()) is has_amx
     assert smol.chat([[{"role": "user", "content": "Say hello."}]], max_tokens=4)[0].text  # no crash

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from http_servers import FaultyService, ServedBox, run_folder_text
+from http_servers import FaultyService, ServedBox, ctrlbench_curves, run_folder_text
 
 from ctrlsim.errors import BackendUnavailableError, ConfigError
 from ctrlsim.experiments.cli import main
@@ -95,11 +95,7 @@ def test_ctrlbench_through_the_served_box_gives_the_in_process_records(served_di
     )
     assert main(["ctrlbench", "--recommenders", "dial:1", *common, "--out", str(tmp_path / "local")]) == 0
 
-    def curves(out):
-        rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()[1:]]
-        return {(r["record"]["method"], r["record"]["seed"]): r["record"]["curves"] for r in rows}
-
-    assert curves(tmp_path / "remote") == curves(tmp_path / "local")
+    assert ctrlbench_curves(tmp_path / "remote") == ctrlbench_curves(tmp_path / "local")
     exchanges = read_exchanges(tmp_path / "remote" / "exchanges.jsonl")
     assert exchanges and all(e["endpoint"] == "/recommend" and e["status"] == 200 for e in exchanges)
 

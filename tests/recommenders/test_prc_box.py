@@ -11,9 +11,8 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from http_servers import ctrlbench_curves
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -65,9 +64,9 @@ def test_ctrlbench_through_a_prc_box_gives_the_in_process_records(ml100k, served
     def curves(box: str, name: str) -> dict:
         out = tmp_path / name
         assert main(["ctrlbench", "--recommenders", box, *common.split(), "--out", str(out)]) == 0
-        rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()[1:]]
-        assert len(rows) == 4
-        return {(r["record"]["method"], r["record"]["seed"]): r["record"]["curves"] for r in rows}
+        by_unit = ctrlbench_curves(out)
+        assert len(by_unit) == 4
+        return by_unit
 
     assert curves(whole, "prc") == curves("dial:1", "local")
 

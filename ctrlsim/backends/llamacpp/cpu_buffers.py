@@ -12,9 +12,8 @@ the CPU has AMX-INT8 (the `amx_int8` flag of /proc/cpuinfo; pip compiles llama.c
 such a CPU gets AMX kernels), and a model's identity says `cpu_extra_buffers: false` when they are
 off, so its records and cache keys say how its replies were computed. Reading the CPU's flags, not
 the build's system info, keeps identities free of importing llama_cpp (a fully cached rerun never
-loads it). llama-cpp-python's `Llama`
-has no argument for it, so the load swaps the binding's default model parameters for the duration of
-the constructor, under a lock.
+loads it). llama-cpp-python's `Llama` has no argument for it, so the load swaps the binding's
+default model parameters for the duration of the constructor, under a lock.
 """
 from __future__ import annotations
 
@@ -44,8 +43,11 @@ def extra_buffers_allowed() -> bool:
 
 
 @contextmanager
-def model_loading(extra_buffers: bool) -> Iterator[None]:
-    """Within the block, `llama_cpp.Llama(...)` loads its weights with extra buffer types on or off."""
+def model_loading(extra_buffers: bool | None = None) -> Iterator[None]:
+    """Within the block, `llama_cpp.Llama(...)` loads its weights with extra buffer types on or off
+    (by default, as `extra_buffers_allowed` says for this CPU)."""
+    if extra_buffers is None:
+        extra_buffers = extra_buffers_allowed()
     if extra_buffers:
         yield
         return

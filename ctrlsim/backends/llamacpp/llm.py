@@ -164,7 +164,7 @@ class LlamaCppLLM(LLM):
                               'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir '
                               "llama-cpp-python")
         try:
-            with model_loading(extra_buffers_allowed()):
+            with model_loading():
                 llm = llama_cpp.Llama(str(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads,
                                       n_threads_batch=self.n_threads, n_batch=self.n_batch,
                                       n_gpu_layers=self.n_gpu_layers, flash_attn=self.flash_attn,
